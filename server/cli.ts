@@ -1,0 +1,295 @@
+/**
+ * The command line of SPEC §6: flags, their `LOCKD_*` environment variables, validation and
+ * the `--help` page. Pure: turns arguments and an environment into a {@linkcode Config} or
+ * a {@linkcode UsageError}; `main.ts` does the I/O.
+ *
+ * @module
+ */
+
+import { parseArgs } from "node:util";
+import { parseSeconds } from "../client/codec.ts";
+
+/** A bad command line: exit code 2, message on stderr. */
+export class UsageError extends Error {
+  /** @param message What is wrong, in one line. */
+  constructor(message: string) {
+    super(message);
+    this.name = "UsageError";
+  }
+}
+
+/** A TCP address as given on the command line. */
+export interface HostPort {
+  /** Host name or IP (IPv6 without brackets). */
+  hostname: string;
+  /** Port, 0–65535. */
+  port: number;
+}
+
+/** The server's configuration after flags and environment are read. */
+export interface Config {
+  /** `--help` was asked: print {@linkcode HELP} and exit 0. */
+  help: boolean;
+  /** `--version` was asked. */
+  version: boolean;
+  /** Where to listen. */
+  listen: HostPort;
+  /** How others reach this node (`M` replies, peers); `undefined` = the listen address. */
+  advertise: HostPort | undefined;
+  /** The cluster in priority order; empty for a single node. */
+  peers: HostPort[];
+  /** Token high-water mark directory. */
+  dataDir: string;
+  /** Longest lease, in ms. */
+  maxLeaseMs: number;
+  /** Connections served at once. */
+  maxConnections: number;
+  /** WebSocket bridge address, if any. */
+  bridge: HostPort | undefined;
+  /** Peer heartbeat interval, in ms. */
+  heartbeatMs: number;
+  /** Silence after which a peer counts as dead, in ms. */
+  failoverTimeoutMs: number;
+}
+
+interface Flag {
+  name: string;
+  env: string;
+  value: string;
+  fallback?: string;
+  help: string;
+}
+
+/** Every valued flag, its environment variable and default. */
+const FLAGS: Flag[] = [
+  {
+    name: "listen",
+    env: "LOCKD_LISTEN",
+    value: "HOST:PORT",
+    fallback: "127.0.0.1:7321",
+    help: "TCP address for clients and peers. Port 0 picks a free port (the ready\n" +
+      "line shows it). Loopback by default: exposing lockd is a choice.",
+  },
+  {
+    name: "peers",
+    env: "LOCKD_PEERS",
+    value: "A:P,B:P,...",
+    help: "The cluster, in priority order (first = highest). The same list on every\n" +
+      "node; it must contain this node's --advertise address. Default: single node.",
+  },
+  {
+    name: "advertise",
+    env: "LOCKD_ADVERTISE",
+    value: "HOST:PORT",
+    help: "How clients and peers reach this node, as used in M replies.\n" +
+      "Default: the listen address.",
+  },
+  {
+    name: "data-dir",
+    env: "LOCKD_DATA_DIR",
+    value: "DIR",
+    fallback: "./lockd-data",
+    help: "Where the fencing-token high-water mark lives. One directory per node.",
+  },
+  {
+    name: "max-lease",
+    env: "LOCKD_MAX_LEASE",
+    value: "SECONDS",
+    fallback: "86400",
+    help: "Longest lease a client may ask for.",
+  },
+  {
+    name: "max-connections",
+    env: "LOCKD_MAX_CONNECTIONS",
+    value: "N",
+    fallback: "10000",
+    help: "Connections served at once; the next one is answered\n" +
+      "'- - E too many connections' and closed.",
+  },
+  {
+    name: "bridge",
+    env: "LOCKD_BRIDGE",
+    value: "HOST:PORT",
+    help: "Also serve the WebSocket bridge for browsers at this address. Default: off.",
+  },
+  {
+    name: "heartbeat",
+    env: "LOCKD_HEARTBEAT",
+    value: "SECONDS",
+    fallback: "0.1",
+    help: "Interval of heartbeats between peers.",
+  },
+  {
+    name: "failover-timeout",
+    env: "LOCKD_FAILOVER_TIMEOUT",
+    value: "SECONDS",
+    fallback: "1",
+    help: "Silence after which a peer is taken for dead and a standby promotes.",
+  },
+];
+
+function optionsHelp(): string {
+  return FLAGS.map((f) => {
+    const head = `    --${f.name} ${f.value}`;
+    const body =
+      (f.help + (f.fallback ? `\n(default ${f.fallback})` : "") + `\nEnvironment: ${f.env}.`)
+        .split("\n").map((line) => `            ${line}`).join("\n");
+    return `${head}\n${body}`;
+  }).join("\n\n");
+}
+
+/** The `--help` page, written like a man page. */
+export const HELP: string = `NAME
+    lockd - lock server with fencing tokens, FIFO queues, leases and failover
+
+SYNOPSIS
+    deno run -A server/main.ts [OPTIONS]
+    lockd [OPTIONS]                      (the binary built by 'deno task compile')
+
+DESCRIPTION
+    lockd hands out locks over TCP. A grant carries a fencing token: a 64-bit
+    number greater than every token issued before, across restarts and failover.
+    Waiters for a key are served first come, first served; a lease takes the
+    lock back from a holder that dies; a wait limit bounds queueing.
+
+    The protocol is one line of text per message:
+        A <key> <lease> <wait>      acquire  ->  A <key> A <token> | A <key> T
+        R <key> <token>             release  ->  R <key> R | R <key> N
+        X <key> <token> <lease>     extend   ->  X <key> X | X <key> N
+    lease and wait are decimal seconds (wait 0 = no limit). Any request may be
+    answered 'M <host:port>' (ask the active node there) or 'E <message>'.
+
+    When ready, lockd prints one line on standard output:
+        listening on HOST:PORT as ROLE
+    Everything else goes to standard error.
+
+OPTIONS
+${optionsHelp()}
+
+    -h, --help
+            Show this page and exit.
+
+    -V, --version
+            Print the version and exit.
+
+    A flag wins over its environment variable.
+
+SIGNALS
+    SIGINT, SIGTERM
+            Graceful shutdown: stop accepting, answer queued acquires
+            'E shutting down' (or hand over to the next node of a cluster),
+            persist the token mark, exit 0. A second signal exits at once.
+
+EXIT STATUS
+    0   stopped after SIGINT/SIGTERM
+    1   could not run: data directory unusable or corrupt, address in use,
+        fencing tokens exhausted
+    2   bad command line
+
+FILES
+    DIR/tokens    the fencing-token high-water mark (one decimal number)
+    DIR/lock      held while lockd runs, so two nodes never share DIR
+
+EXAMPLES
+    Start a node on the default port and take a lock with nc:
+        deno run -A server/main.ts
+        printf 'A orders:17 30 5\\n' | nc 127.0.0.1 7321
+
+    Any free port, separate data directory:
+        deno run -A server/main.ts --listen 127.0.0.1:0 --data-dir /tmp/lockd-a
+`;
+
+/**
+ * Parses `host:port` (`[v6]:port` for IPv6).
+ *
+ * @throws {UsageError} When it is not an address with a port 0–65535.
+ */
+export function parseHostPort(text: string, what: string): HostPort {
+  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:\[\]]+)):([0-9]{1,5})$/.exec(text);
+  const port = match ? Number(match[3]) : NaN;
+  if (!match || port > 65535) {
+    throw new UsageError(`${what} must be HOST:PORT (e.g. 127.0.0.1:7321), got "${text}"`);
+  }
+  return { hostname: match[1] ?? match[2], port };
+}
+
+/** Formats an address as `host:port`, bracketing IPv6. */
+export function formatHostPort(addr: HostPort): string {
+  return addr.hostname.includes(":")
+    ? `[${addr.hostname}]:${addr.port}`
+    : `${addr.hostname}:${addr.port}`;
+}
+
+function positiveSeconds(text: string, what: string): number {
+  const ms = parseSeconds(text);
+  if (!(ms > 0) || !Number.isFinite(ms)) {
+    throw new UsageError(`${what} must be a positive number of seconds, got "${text}"`);
+  }
+  return ms;
+}
+
+/**
+ * Reads the configuration from command-line arguments and the environment.
+ *
+ * @param args The arguments after the script name.
+ * @param env Environment lookup (e.g. `(name) => Deno.env.get(name)`).
+ * @throws {UsageError} On an unknown flag, a missing or bad value, or stray arguments.
+ */
+export function parseConfig(args: string[], env: (name: string) => string | undefined): Config {
+  const options: Record<string, { type: "string" | "boolean"; short?: string }> = {
+    help: { type: "boolean", short: "h" },
+    version: { type: "boolean", short: "V" },
+  };
+  for (const f of FLAGS) options[f.name] = { type: "string" };
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({ args, options, strict: true, allowPositionals: false }));
+  } catch (error) {
+    const message = error instanceof Error ? error.message.split("\n")[0] : String(error);
+    throw new UsageError(message.replace(/\. To specify .*$/, ""));
+  }
+  if (values.help === true || values.version === true) {
+    return {
+      ...parseConfig([], () => undefined),
+      help: values.help === true,
+      version: values.version === true,
+    };
+  }
+  const get = (name: string): string | undefined => {
+    const flag = FLAGS.find((f) => f.name === name)!;
+    const value = values[name] as string | undefined ?? env(flag.env) ?? flag.fallback;
+    if (value === "") throw new UsageError(`--${name} needs a value`);
+    return value;
+  };
+  const listen = parseHostPort(get("listen")!, "--listen");
+  const advertiseText = get("advertise");
+  const peersText = get("peers");
+  const bridgeText = get("bridge");
+  const maxConnectionsText = get("max-connections")!;
+  if (!/^[1-9][0-9]{0,8}$/.test(maxConnectionsText)) {
+    throw new UsageError(
+      `--max-connections must be a whole number from 1 to 999999999, got "${maxConnectionsText}"`,
+    );
+  }
+  const config: Config = {
+    help: false,
+    version: false,
+    listen,
+    advertise: advertiseText === undefined
+      ? undefined
+      : parseHostPort(advertiseText, "--advertise"),
+    peers: peersText === undefined
+      ? []
+      : peersText.split(",").map((p) => parseHostPort(p.trim(), "each --peers entry")),
+    dataDir: get("data-dir")!,
+    maxLeaseMs: positiveSeconds(get("max-lease")!, "--max-lease"),
+    maxConnections: Number(maxConnectionsText),
+    bridge: bridgeText === undefined ? undefined : parseHostPort(bridgeText, "--bridge"),
+    heartbeatMs: positiveSeconds(get("heartbeat")!, "--heartbeat"),
+    failoverTimeoutMs: positiveSeconds(get("failover-timeout")!, "--failover-timeout"),
+  };
+  if (config.heartbeatMs >= config.failoverTimeoutMs) {
+    throw new UsageError("--heartbeat must be shorter than --failover-timeout");
+  }
+  return config;
+}

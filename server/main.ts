@@ -1,0 +1,80 @@
+/**
+ * lockd's command line (SPEC §6): `deno run -A server/main.ts [options]`, or the binary
+ * built by `deno task compile`. Prints one ready line on stdout, everything else on stderr;
+ * exits 0 after SIGINT/SIGTERM, 1 when it cannot run, 2 on a bad command line.
+ *
+ * @module
+ */
+
+import denoJson from "../deno.json" with { type: "json" };
+import { formatHostPort, HELP, parseConfig, UsageError } from "./cli.ts";
+import { LockServer } from "./server.ts";
+
+/** Runs lockd with `args`; resolves with the exit code. */
+export async function main(args: string[]): Promise<number> {
+  let config;
+  try {
+    config = parseConfig(args, (name) => Deno.env.get(name));
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    console.error(
+      `lockd: ${error.message}\nTry 'deno run -A server/main.ts --help' for the options.`,
+    );
+    return 2;
+  }
+  if (config.help) {
+    console.log(HELP);
+    return 0;
+  }
+  if (config.version) {
+    console.log(`lockd ${denoJson.version}`);
+    return 0;
+  }
+  if (config.peers.length > 1) {
+    console.error("lockd: --peers with more than one node is not supported by this version yet");
+    return 2;
+  }
+  if (config.bridge !== undefined) {
+    console.error("lockd: --bridge is not supported by this version yet");
+    return 2;
+  }
+  let server: LockServer;
+  try {
+    server = await LockServer.start({
+      hostname: config.listen.hostname,
+      port: config.listen.port,
+      dataDir: config.dataDir,
+      maxLeaseMs: config.maxLeaseMs,
+      maxConnections: config.maxConnections,
+    });
+  } catch (error) {
+    if (error instanceof Deno.errors.AddrInUse) {
+      console.error(
+        `lockd: ${formatHostPort(config.listen)} is already in use; choose another --listen`,
+      );
+    } else {
+      console.error(`lockd: ${error instanceof Error ? error.message : error}`);
+    }
+    return 1;
+  }
+  let signals = 0;
+  const onSignal = () => {
+    if (++signals > 1) {
+      console.error("lockd: second signal, exiting at once");
+      Deno.exit(1);
+    }
+    console.error("lockd: shutting down");
+    server.shutdown();
+  };
+  const names: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGINT", "SIGTERM"];
+  for (const name of names) Deno.addSignalListener(name, onSignal);
+  const { hostname, port } = server.addr;
+  console.log(`listening on ${formatHostPort({ hostname, port })} as active`);
+  const code = await server.finished;
+  for (const name of names) Deno.removeSignalListener(name, onSignal);
+  return code;
+}
+
+if (import.meta.main) {
+  Deno.exit(await main(Deno.args));
+}

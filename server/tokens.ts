@@ -1,0 +1,268 @@
+/**
+ * The fencing-token high-water mark (SPEC §1): tokens are u64 `bigint`s that never go back,
+ * across restarts and `kill -9`. The mark lives in `<data-dir>/tokens`; the store reserves
+ * a block of tokens ahead on disk (temp file, fsync, rename) and issues from memory, so the
+ * hot path never waits for the disk. After a crash the next start begins above the
+ * reserved mark; after a graceful stop, right after the last token issued.
+ *
+ * @module
+ */
+
+import { MAX_TOKEN } from "../client/codec.ts";
+
+/** Tokens would pass 2^64-1: no more grants can be made safely. */
+export class TokensExhaustedError extends Error {
+  /** @param options Standard error options. */
+  constructor(options?: ErrorOptions) {
+    super(`Fencing tokens are exhausted: the next token would pass ${MAX_TOKEN}`, options);
+    this.name = "TokensExhaustedError";
+  }
+}
+
+/** The data directory cannot be used (not writable, corrupt mark, in use). Exit code 1. */
+export class DataDirError extends Error {
+  /** @param message What is wrong and what to do. @param options Standard error options. */
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = "DataDirError";
+  }
+}
+
+/** Options of {@linkcode TokenStore.open}. */
+export interface TokenStoreOptions {
+  /** Tokens reserved on disk per write. Default 1,000,000. */
+  block?: bigint;
+}
+
+const FILE = "tokens";
+
+function join(dir: string, name: string): string {
+  return dir.endsWith("/") ? dir + name : `${dir}/${name}`;
+}
+
+function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+/**
+ * Issues fencing tokens from a block reserved on disk.
+ *
+ * @example Issuing tokens
+ * ```ts
+ * import { TokenStore } from "./tokens.ts";
+ * const store = TokenStore.open("./lockd-data");
+ * store.next(); // e.g. 1n
+ * await store.close(); // persists the exact mark
+ * ```
+ */
+export class TokenStore {
+  #dir: string;
+  #path: string;
+  #lockFile: Deno.FsFile;
+  #block: bigint;
+  #last: bigint;
+  #durable: bigint;
+  #writing = false;
+  #closed = false;
+
+  private constructor(dir: string, lockFile: Deno.FsFile, stored: bigint, block: bigint) {
+    this.#dir = dir;
+    this.#path = join(dir, FILE);
+    this.#lockFile = lockFile;
+    this.#block = block;
+    this.#last = stored;
+    this.#durable = stored;
+  }
+
+  /**
+   * Opens (creating if needed) the data directory, takes its lock, reads the stored mark and
+   * reserves the first block, synchronously, before the server accepts anything.
+   *
+   * @param dir The data directory.
+   * @throws {DataDirError} If the directory is not writable, is used by another lockd, or
+   * the stored mark is corrupt.
+   * @throws {TokensExhaustedError} If the stored mark is already 2^64-1.
+   */
+  static open(dir: string, options?: TokenStoreOptions): TokenStore {
+    const block = options?.block ?? 1_000_000n;
+    try {
+      Deno.mkdirSync(dir, { recursive: true });
+    } catch (error) {
+      throw new DataDirError(
+        `Cannot create data directory "${dir}": ${describe(error)}. Choose a writable --data-dir`,
+        { cause: error },
+      );
+    }
+    let lockFile: Deno.FsFile;
+    try {
+      lockFile = Deno.openSync(join(dir, "lock"), { read: true, write: true, create: true });
+    } catch (error) {
+      throw new DataDirError(
+        `Data directory "${dir}" is not writable: ${describe(error)}. Choose a writable --data-dir`,
+        { cause: error },
+      );
+    }
+    if (!lockFile.tryLockSync(true)) {
+      lockFile.close();
+      throw new DataDirError(
+        `Data directory "${dir}" is in use by another lockd process. Give each node its own --data-dir`,
+      );
+    }
+    try {
+      const store = new TokenStore(dir, lockFile, readMark(join(dir, FILE)), block);
+      if (store.#last >= MAX_TOKEN) throw new TokensExhaustedError();
+      store.#reserveSync(store.#last + block);
+      return store;
+    } catch (error) {
+      lockFile.close();
+      throw error;
+    }
+  }
+
+  /** The last token issued (or the stored mark, before the first grant). */
+  get last(): bigint {
+    return this.#last;
+  }
+
+  /** The mark reserved on disk: no token above it has been issued. */
+  get reserved(): bigint {
+    return this.#durable;
+  }
+
+  /**
+   * Issues the next token. Never waits for the disk unless a whole block was used before
+   * the background reservation finished (then it writes synchronously).
+   *
+   * @throws {TokensExhaustedError} Past 2^64-1.
+   */
+  next(): bigint {
+    const token = this.#last + 1n;
+    if (token > MAX_TOKEN) throw new TokensExhaustedError();
+    if (token > this.#durable) this.#reserveSync(token + this.#block);
+    else if (!this.#writing && this.#durable - token < this.#block / 2n) {
+      this.#reserveAsync(this.#durable + this.#block);
+    }
+    this.#last = token;
+    return token;
+  }
+
+  /**
+   * Makes every later token greater than `floor` (token succession in a cluster). Persists
+   * the new mark before returning.
+   */
+  raiseTo(floor: bigint): void {
+    if (floor <= this.#last) return;
+    if (floor >= MAX_TOKEN) throw new TokensExhaustedError();
+    this.#last = floor;
+    if (floor + 1n > this.#durable) this.#reserveSync(floor + this.#block);
+  }
+
+  /** Persists the exact last token issued and releases the data directory. */
+  close(): Promise<void> {
+    if (this.#closed) return Promise.resolve();
+    this.#closed = true;
+    try {
+      this.#write(this.#last, "tmp-final");
+      this.#durable = this.#last;
+    } finally {
+      this.#lockFile.close();
+    }
+    return Promise.resolve();
+  }
+
+  #reserveSync(target: bigint): void {
+    const mark = target > MAX_TOKEN ? MAX_TOKEN : target;
+    this.#write(mark, "tmp-sync");
+    this.#durable = mark;
+  }
+
+  #reserveAsync(target: bigint): void {
+    const mark = target > MAX_TOKEN ? MAX_TOKEN : target;
+    if (mark <= this.#durable) return;
+    this.#writing = true;
+    const tmp = join(this.#dir, `${FILE}.tmp-async`);
+    writeDurably(tmp, mark).then(() => {
+      // Renames happen on this thread, in order: a later synchronous write is never undone.
+      if (!this.#closed && mark > this.#durable) {
+        Deno.renameSync(tmp, this.#path);
+        this.#durable = mark;
+      }
+    }).catch((error) => {
+      console.error(
+        `lockd: could not reserve fencing tokens in "${this.#dir}": ${describe(error)}`,
+      );
+    }).finally(() => {
+      this.#writing = false;
+    });
+  }
+
+  #write(mark: bigint, suffix: string): void {
+    const tmp = join(this.#dir, `${FILE}.${suffix}`);
+    try {
+      const file = Deno.openSync(tmp, { write: true, create: true, truncate: true });
+      try {
+        file.writeSync(new TextEncoder().encode(`${mark}\n`));
+        file.syncSync();
+      } finally {
+        file.close();
+      }
+      Deno.renameSync(tmp, this.#path);
+      syncDir(this.#dir);
+    } catch (error) {
+      throw new DataDirError(
+        `Cannot write the token mark in "${this.#dir}": ${
+          describe(error)
+        }. Check that --data-dir is writable`,
+        { cause: error },
+      );
+    }
+  }
+}
+
+async function writeDurably(path: string, mark: bigint): Promise<void> {
+  const file = await Deno.open(path, { write: true, create: true, truncate: true });
+  try {
+    await file.write(new TextEncoder().encode(`${mark}\n`));
+    await file.sync();
+  } finally {
+    file.close();
+  }
+}
+
+/** Makes a rename in `dir` durable across power loss (best effort: some filesystems refuse). */
+function syncDir(dir: string): void {
+  try {
+    const handle = Deno.openSync(dir);
+    try {
+      handle.syncSync();
+    } finally {
+      handle.close();
+    }
+  } catch {
+    // Not all platforms can fsync a directory; the rename itself is still atomic.
+  }
+}
+
+function readMark(path: string): bigint {
+  let text: string;
+  try {
+    text = Deno.readTextFileSync(path);
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return 0n;
+    throw new DataDirError(`Cannot read the token mark "${path}": ${describe(error)}`, {
+      cause: error,
+    });
+  }
+  const match = /^([0-9]{1,20})\n?$/.exec(text);
+  const mark = match ? BigInt(match[1]) : -1n;
+  if (mark < 0n || mark > MAX_TOKEN) {
+    const shown = text.length > 40 ? `${text.slice(0, 40)}...` : text;
+    throw new DataDirError(
+      `The token mark "${path}" is corrupt: expected one decimal number, found ${
+        JSON.stringify(shown)
+      }. lockd will not guess, because fencing tokens must never go back. Write into that ` +
+        `file a number above every token ever issued (if unsure, a much larger one), then start again`,
+    );
+  }
+  return mark;
+}

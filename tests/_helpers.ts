@@ -1,0 +1,268 @@
+/**
+ * Test helpers: spawn a real lockd process on a free port, and talk to it with raw lines.
+ *
+ * @module
+ */
+
+const ROOT = new URL("../", import.meta.url);
+const MAIN = new URL("server/main.ts", ROOT).pathname;
+const encoder = new TextEncoder();
+
+/** A lockd process started for a test. */
+export interface ServerProcess {
+  /** The real port from the ready line. */
+  port: number;
+  /** `127.0.0.1:<port>`. */
+  address: string;
+  /** The ready line. */
+  ready: string;
+  /** Its data directory. */
+  dataDir: string;
+  /** The child process. */
+  child: Deno.ChildProcess;
+  /** Everything written to stderr so far (complete once `exited` resolved). */
+  stderr(): string;
+  /** Sends a signal and waits for the exit code. */
+  stop(signal?: Deno.Signal): Promise<number>;
+  /** Resolves with the exit code. */
+  exited: Promise<number>;
+}
+
+/** Options of {@linkcode startServer}. */
+export interface StartOptions {
+  /** Extra command-line arguments. */
+  args?: string[];
+  /** Data directory to use (default: a fresh temp dir). */
+  dataDir?: string;
+  /** Listen address (default `127.0.0.1:0`). */
+  listen?: string;
+  /** Extra environment. */
+  env?: Record<string, string>;
+}
+
+/** Runs `server/main.ts` with `args` and no expectations (for CLI tests). */
+export async function runMain(
+  args: string[],
+  env?: Record<string, string>,
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const out = await new Deno.Command(Deno.execPath(), {
+    args: ["run", "-A", MAIN, ...args],
+    env,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decoder = new TextDecoder();
+  return { code: out.code, stdout: decoder.decode(out.stdout), stderr: decoder.decode(out.stderr) };
+}
+
+/** Starts lockd on a free port and waits for its ready line. */
+export async function startServer(options: StartOptions = {}): Promise<ServerProcess> {
+  const dataDir = options.dataDir ?? await Deno.makeTempDir({ prefix: "lockd-test-" });
+  const child = new Deno.Command(Deno.execPath(), {
+    args: [
+      "run",
+      "-A",
+      MAIN,
+      "--listen",
+      options.listen ?? "127.0.0.1:0",
+      "--data-dir",
+      dataDir,
+      ...(options.args ?? []),
+    ],
+    env: options.env,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  let errText = "";
+  const errDone = (async () => {
+    for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) errText += chunk;
+  })();
+  const lines = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let outText = "";
+  let ready: string | undefined;
+  while (ready === undefined) {
+    const { value, done } = await lines.read();
+    if (done) break;
+    outText += value;
+    const nl = outText.indexOf("\n");
+    if (nl >= 0) ready = outText.slice(0, nl);
+  }
+  // Keep draining stdout so the child never blocks on it.
+  const outDone = (async () => {
+    while (!(await lines.read()).done) { /* drain */ }
+  })();
+  const exited = (async () => {
+    const status = await child.status;
+    await Promise.all([errDone, outDone]);
+    return status.code;
+  })();
+  if (ready === undefined) {
+    const code = await exited;
+    throw new Error(`lockd exited with ${code} before it was ready:\n${errText}`);
+  }
+  const match = /listening on (\S+):(\d+)/.exec(ready);
+  if (!match) throw new Error(`unexpected ready line: ${ready}`);
+  const port = Number(match[2]);
+  return {
+    port,
+    address: `127.0.0.1:${port}`,
+    ready,
+    dataDir,
+    child,
+    exited,
+    stderr: () => errText,
+    async stop(signal: Deno.Signal = "SIGTERM") {
+      try {
+        child.kill(signal);
+      } catch {
+        // Already gone.
+      }
+      return await exited;
+    },
+  };
+}
+
+/** A raw TCP client that writes text and reads reply lines, for black-box tests. */
+export class LineClient {
+  #conn: Deno.TcpConn;
+  #lines: string[] = [];
+  #waiting: ((line: string | null) => void) | null = null;
+  #eof = false;
+  #reader: Promise<void>;
+
+  private constructor(conn: Deno.TcpConn) {
+    this.#conn = conn;
+    this.#reader = this.#read();
+  }
+
+  /** Connects to `127.0.0.1:port`. */
+  static async connect(port: number): Promise<LineClient> {
+    return new LineClient(await Deno.connect({ hostname: "127.0.0.1", port }));
+  }
+
+  /** The underlying connection (for low-level tricks). */
+  get conn(): Deno.TcpConn {
+    return this.#conn;
+  }
+
+  /** Writes `text` as is (add `\n` yourself). */
+  async write(text: string | Uint8Array): Promise<void> {
+    const data = typeof text === "string" ? encoder.encode(text) : text;
+    let offset = 0;
+    while (offset < data.length) offset += await this.#conn.write(data.subarray(offset));
+  }
+
+  /** Sends one line. */
+  send(line: string): Promise<void> {
+    return this.write(line + "\n");
+  }
+
+  /** Next line, or `null` at end of stream; rejects after `timeoutMs`. */
+  readLine(timeoutMs = 5000): Promise<string | null> {
+    const line = this.#lines.shift();
+    if (line !== undefined) return Promise.resolve(line);
+    if (this.#eof) return Promise.resolve(null);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#waiting = null;
+        reject(new Error(`no line within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.#waiting = (l) => {
+        clearTimeout(timer);
+        this.#waiting = null;
+        resolve(l);
+      };
+    });
+  }
+
+  /** Reads `n` lines. */
+  async readLines(n: number, timeoutMs = 5000): Promise<string[]> {
+    const out: string[] = [];
+    for (let i = 0; i < n; i++) {
+      const line = await this.readLine(timeoutMs);
+      if (line === null) throw new Error(`end of stream after ${out.length} of ${n} lines`);
+      out.push(line);
+    }
+    return out;
+  }
+
+  /** Sends a request and reads one reply line. */
+  async request(line: string, timeoutMs = 5000): Promise<string | null> {
+    await this.send(line);
+    return await this.readLine(timeoutMs);
+  }
+
+  /** Asserts-friendly: resolves `true` if no line arrives within `ms`. */
+  async silentFor(ms: number): Promise<boolean> {
+    if (this.#lines.length > 0) return false;
+    try {
+      await this.readLine(ms);
+      return false;
+    } catch {
+      return true;
+    }
+  }
+
+  /** Resolves when the server closed the connection (after reading any remaining lines). */
+  async closedByPeer(timeoutMs = 5000): Promise<string[]> {
+    const rest: string[] = [];
+    for (;;) {
+      const line = await this.readLine(timeoutMs);
+      if (line === null) return rest;
+      rest.push(line);
+    }
+  }
+
+  /** Closes the connection. */
+  async close(): Promise<void> {
+    try {
+      this.#conn.close();
+    } catch {
+      // Already closed.
+    }
+    await this.#reader;
+  }
+
+  async #read(): Promise<void> {
+    const decoder = new TextDecoder();
+    const buf = new Uint8Array(64 * 1024);
+    let pending = "";
+    try {
+      for (;;) {
+        const n = await this.#conn.read(buf);
+        if (n === null) break;
+        pending += decoder.decode(buf.subarray(0, n), { stream: true });
+        let nl;
+        while ((nl = pending.indexOf("\n")) >= 0) {
+          this.#push(pending.slice(0, nl));
+          pending = pending.slice(nl + 1);
+        }
+      }
+    } catch {
+      // Closed.
+    }
+    this.#eof = true;
+    this.#waiting?.(null);
+  }
+
+  #push(line: string): void {
+    if (this.#waiting) this.#waiting(line);
+    else this.#lines.push(line);
+  }
+}
+
+/** Waits until `check()` is true, polling every `everyMs`, failing after `timeoutMs`. */
+export async function waitFor(
+  check: () => boolean | Promise<boolean>,
+  what: string,
+  timeoutMs = 5000,
+  everyMs = 10,
+): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
