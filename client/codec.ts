@@ -126,11 +126,13 @@ export function utf8Length(text: string): number {
     const c = text.charCodeAt(i);
     if (c < 0x80) continue;
     if (c < 0x800) bytes += 1;
-    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < text.length) {
-      // A surrogate pair is 2 UTF-16 units and 4 UTF-8 bytes.
-      bytes += 1;
-      i++;
-    } else bytes += 2;
+    else if (c < 0xd800 || c > 0xdfff) bytes += 2;
+    else {
+      // A surrogate pair (2 units) is 4 bytes; a lone surrogate is sent as U+FFFD (3 bytes).
+      bytes += 2;
+      const d = text.charCodeAt(i + 1);
+      if (c <= 0xdbff && d >= 0xdc00 && d <= 0xdfff) i++;
+    }
   }
   return bytes;
 }
@@ -155,13 +157,14 @@ export function keyError(key: string): string | undefined {
     return `key must be at most ${MAX_KEY_BYTES} bytes`;
   }
   if (BAD_KEY_CHAR.test(key)) return "key must not contain whitespace or control characters";
+  if (!key.isWellFormed()) return "key must be valid Unicode (no lone surrogates)";
   return undefined;
 }
 
 /**
  * Parses decimal seconds (`[0-9]+(\.[0-9]+)?`) into whole milliseconds, rounding up.
- * Returns `NaN` for text of any other form, and `Infinity` for values too large to count in
- * milliseconds exactly.
+ * Returns `NaN` for text of any other form, and `Infinity` for 10^12 seconds (about 31,700
+ * years) or more, which cannot be counted in milliseconds exactly.
  *
  * @example Seconds to milliseconds
  * ```ts
@@ -176,9 +179,9 @@ export function parseSeconds(text: string): number {
   const dot = text.indexOf(".");
   const whole = dot < 0 ? text : text.slice(0, dot);
   const fraction = dot < 0 ? "" : text.slice(dot + 1);
-  // Beyond 15 significant digits of seconds the milliseconds are not exact in a double.
+  // Up to 12 digits of seconds the milliseconds stay exact in a double (below 2^53).
   const digits = whole.replace(/^0+/, "");
-  if (digits.length > 15) return Infinity;
+  if (digits.length > 12) return Infinity;
   let ms = Number(digits || "0") * 1000;
   if (fraction.length > 0) {
     ms += Number((fraction + "00").slice(0, 3));
@@ -257,7 +260,8 @@ export function parseRequest(line: string, options?: ParseRequestOptions): Reque
     }
     const waitMs = parseSeconds(fields[3]);
     if (Number.isNaN(waitMs)) return fail(op, key, WAIT_RULE);
-    return { op, key, leaseMs, waitMs };
+    // A wait beyond 31,700 years is no limit at all, which the protocol spells 0.
+    return { op, key, leaseMs, waitMs: Number.isFinite(waitMs) ? waitMs : 0 };
   }
   const token = parseToken(fields[2]);
   if (token === undefined) return fail(op, key, TOKEN_RULE);
@@ -274,6 +278,8 @@ export function parseRequest(line: string, options?: ParseRequestOptions): Reque
  * Formats milliseconds as the shortest decimal seconds that parse back to the same
  * milliseconds (`250` → `"0.25"`).
  *
+ * @throws {RangeError} For a negative or non-finite number.
+ *
  * @example Milliseconds to seconds
  * ```ts
  * import { formatSeconds } from "./codec.ts";
@@ -282,6 +288,7 @@ export function parseRequest(line: string, options?: ParseRequestOptions): Reque
  * ```
  */
 export function formatSeconds(ms: number): string {
+  if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`Cannot send ${ms} ms as seconds`);
   const whole = Math.floor(ms / 1000);
   const rest = Math.ceil(ms - whole * 1000);
   if (rest === 0) return String(whole);
@@ -351,6 +358,12 @@ export function parseReply(line: string): Reply | undefined {
   const status = line.slice(second + 1, third < 0 ? line.length : third);
   const value = third < 0 ? undefined : line.slice(third + 1);
   if (op === "" || key === "") return undefined;
+  // Which statuses answer which op (M and E answer any request, `-` only E).
+  const fits = status === "E" || (status === "M" && op !== "-") ||
+    (op === "A" && (status === "A" || status === "T")) ||
+    (op === "R" && (status === "R" || status === "N")) ||
+    (op === "X" && (status === "X" || status === "N"));
+  if (!fits) return undefined;
   switch (status) {
     case "A": {
       const token = value === undefined ? undefined : parseToken(value);
@@ -363,9 +376,7 @@ export function parseReply(line: string): Reply | undefined {
       return value === undefined ? { op, key, status } : undefined;
     case "M":
       return value ? { op, key, status, text: value } : undefined;
-    case "E":
-      return { op, key, status, text: value ?? "" };
     default:
-      return undefined;
+      return { op, key, status: "E", text: value ?? "" };
   }
 }

@@ -67,15 +67,17 @@ const FLAGS: Flag[] = [
     env: "LOCKD_LISTEN",
     value: "HOST:PORT",
     fallback: "127.0.0.1:7321",
-    help: "TCP address for clients and peers. Port 0 picks a free port (the ready\n" +
-      "line shows it). Loopback by default: exposing lockd is a choice.",
+    help: "TCP address for clients and peers. Port 0 picks a free port\n" +
+      "(the ready line shows it). Loopback by default: exposing lockd\n" +
+      "is a choice.",
   },
   {
     name: "peers",
     env: "LOCKD_PEERS",
     value: "A:P,B:P,...",
-    help: "The cluster, in priority order (first = highest). The same list on every\n" +
-      "node; it must contain this node's --advertise address. Default: single node.",
+    help: "The cluster, in priority order (first = highest). The same list\n" +
+      "on every node; it must contain this node's --advertise address.\n" +
+      "Default: a single node.",
   },
   {
     name: "advertise",
@@ -89,7 +91,8 @@ const FLAGS: Flag[] = [
     env: "LOCKD_DATA_DIR",
     value: "DIR",
     fallback: "./lockd-data",
-    help: "Where the fencing-token high-water mark lives. One directory per node.",
+    help: "Where the fencing-token high-water mark lives. One directory\n" +
+      "per node.",
   },
   {
     name: "max-lease",
@@ -110,7 +113,8 @@ const FLAGS: Flag[] = [
     name: "bridge",
     env: "LOCKD_BRIDGE",
     value: "HOST:PORT",
-    help: "Also serve the WebSocket bridge for browsers at this address. Default: off.",
+    help: "Also serve the WebSocket bridge for browsers at this address.\n" +
+      "Default: off.",
   },
   {
     name: "heartbeat",
@@ -144,7 +148,7 @@ export const HELP: string = `NAME
 
 SYNOPSIS
     deno run -A server/main.ts [OPTIONS]
-    lockd [OPTIONS]                      (the binary built by 'deno task compile')
+    lockd [OPTIONS]            (the binary built by 'deno task compile')
 
 DESCRIPTION
     lockd hands out locks over TCP. A grant carries a fencing token: a 64-bit
@@ -255,20 +259,30 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
       version: values.version === true,
     };
   }
+  /** Where each value came from, for error messages: the flag or its variable. */
+  const source: Record<string, string> = {};
   const get = (name: string): string | undefined => {
     const flag = FLAGS.find((f) => f.name === name)!;
-    const value = values[name] as string | undefined ?? env(flag.env) ?? flag.fallback;
-    if (value === "") throw new UsageError(`--${name} needs a value`);
-    return value;
+    const given = values[name] as string | undefined;
+    if (given === "") throw new UsageError(`--${name} needs a value`);
+    const fromEnv = env(flag.env) || undefined; // an empty variable counts as unset
+    source[name] = given !== undefined
+      ? `--${name}`
+      : fromEnv !== undefined
+      ? flag.env
+      : `--${name}`;
+    return given ?? fromEnv ?? flag.fallback;
   };
-  const listen = parseHostPort(get("listen")!, "--listen");
+  const listen = parseHostPort(get("listen")!, source.listen);
   const advertiseText = get("advertise");
   const peersText = get("peers");
   const bridgeText = get("bridge");
   const maxConnectionsText = get("max-connections")!;
   if (!/^[1-9][0-9]{0,8}$/.test(maxConnectionsText)) {
     throw new UsageError(
-      `--max-connections must be a whole number from 1 to 999999999, got "${maxConnectionsText}"`,
+      `${
+        source["max-connections"]
+      } must be a whole number from 1 to 999999999, got "${maxConnectionsText}"`,
     );
   }
   const config: Config = {
@@ -277,16 +291,16 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
     listen,
     advertise: advertiseText === undefined
       ? undefined
-      : parseHostPort(advertiseText, "--advertise"),
+      : parseHostPort(advertiseText, source.advertise),
     peers: peersText === undefined
       ? []
-      : peersText.split(",").map((p) => parseHostPort(p.trim(), "each --peers entry")),
+      : peersText.split(",").map((p) => parseHostPort(p.trim(), `each ${source.peers} entry`)),
     dataDir: get("data-dir")!,
-    maxLeaseMs: positiveSeconds(get("max-lease")!, "--max-lease"),
+    maxLeaseMs: positiveSeconds(get("max-lease")!, source["max-lease"]),
     maxConnections: Number(maxConnectionsText),
-    bridge: bridgeText === undefined ? undefined : parseHostPort(bridgeText, "--bridge"),
-    heartbeatMs: positiveSeconds(get("heartbeat")!, "--heartbeat"),
-    failoverTimeoutMs: positiveSeconds(get("failover-timeout")!, "--failover-timeout"),
+    bridge: bridgeText === undefined ? undefined : parseHostPort(bridgeText, source.bridge),
+    heartbeatMs: positiveSeconds(get("heartbeat")!, source.heartbeat),
+    failoverTimeoutMs: positiveSeconds(get("failover-timeout")!, source["failover-timeout"]),
   };
   if (config.heartbeatMs >= config.failoverTimeoutMs) {
     throw new UsageError("--heartbeat must be shorter than --failover-timeout");

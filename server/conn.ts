@@ -35,7 +35,8 @@ export type BatchEnd = () => void;
 const READ_SIZE = 16 * 1024;
 const CLOSE_GRACE_MS = 2000;
 const encoder = new TextEncoder();
-const decoder = new TextDecoder("utf-8", { fatal: true });
+// ignoreBOM: a U+FEFF at the start of a chunk is part of the line, as anywhere else.
+const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 let dirty: Connection[] = [];
 let batchEnds: BatchEnd[] = [];
@@ -73,7 +74,10 @@ export class Connection {
   readonly remote: string;
   #conn: Deno.Conn;
   #out: string[] = [];
-  #queuedBytes = 0;
+  /** UTF-16 units of output not yet written (queued plus in flight): the memory it holds. */
+  #queuedUnits = 0;
+  /** UTF-16 units in #out (not yet handed to a write). */
+  #outUnits = 0;
   #writing = false;
   #dirty = false;
   #closed = false;
@@ -122,8 +126,9 @@ export class Connection {
   send(line: string): void {
     if (this.#closed) return;
     this.#out.push(line);
-    this.#queuedBytes += line.length + 1;
-    if (this.#queuedBytes > this.#dropAt) {
+    this.#outUnits += line.length + 1;
+    this.#queuedUnits += line.length + 1;
+    if (this.#queuedUnits > this.#dropAt) {
       console.error(`lockd: dropping ${this.remote}: it does not read its replies`);
       this.close();
       return;
@@ -140,9 +145,11 @@ export class Connection {
     this.#dirty = false;
     if (this.#writing || this.#closed || this.#out.length === 0) return;
     const data = encoder.encode(this.#out.join("\n") + "\n");
+    const units = this.#outUnits;
     this.#out = [];
+    this.#outUnits = 0;
     this.#writing = true;
-    this.#write(data);
+    this.#write(data, units);
   }
 
   /** Stops reading, writes what is queued, then closes (e.g. after `line too long`). */
@@ -159,6 +166,7 @@ export class Connection {
     if (this.#closed) return;
     this.#closed = true;
     this.#out = [];
+    this.#outUnits = 0;
     clearTimeout(this.#graceTimer);
     this.#resume?.();
     this.#markClosed();
@@ -169,7 +177,7 @@ export class Connection {
     }
   }
 
-  async #write(data: Uint8Array): Promise<void> {
+  async #write(data: Uint8Array, units: number): Promise<void> {
     try {
       let offset = 0;
       while (offset < data.length) {
@@ -179,13 +187,13 @@ export class Connection {
       this.close();
       return;
     } finally {
-      this.#queuedBytes -= data.length;
+      this.#queuedUnits -= units;
       this.#writing = false;
     }
     if (this.#closed) return;
     if (this.#out.length > 0) this.flush();
     else if (this.#closing) this.close();
-    else if (this.#resume !== null && this.#queuedBytes < this.#pauseAt / 2) this.#resume();
+    if (this.#queuedUnits < this.#pauseAt) this.#resume?.();
   }
 
   async #readLoop(): Promise<void> {
@@ -194,7 +202,7 @@ export class Connection {
     let reset = false;
     try {
       while (!this.#closed && !this.#closing) {
-        if (this.#queuedBytes >= this.#pauseAt) {
+        if (this.#queuedUnits >= this.#pauseAt) {
           await new Promise<void>((resolve) => this.#resume = resolve);
           this.#resume = null;
           continue;

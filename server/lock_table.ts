@@ -139,9 +139,12 @@ export class LockTable<T> {
    */
   advance(): void {
     const now = this.#clock();
-    for (let entry = this.#heap.popDue(now); entry; entry = this.#heap.popDue(now)) {
-      if (entry instanceof Lock) this.#handOver(entry, now);
-      else this.#timeOut(entry as Waiter<T>);
+    for (let entry = this.#heap.peek(); entry && entry.deadline <= now; entry = this.#heap.peek()) {
+      if (entry instanceof Lock) this.#handOver(entry, entry.deadline, now);
+      else {
+        this.#heap.cancel(entry);
+        this.#timeOut(entry as Waiter<T>);
+      }
     }
   }
 
@@ -190,8 +193,8 @@ export class LockTable<T> {
     this.advance();
     const lock = this.#locks.get(key);
     if (lock === undefined || lock.token !== token) return false;
-    this.#heap.cancel(lock);
-    this.#handOver(lock, this.#clock());
+    const now = this.#clock();
+    this.#handOver(lock, now, now);
     return true;
   }
 
@@ -283,10 +286,21 @@ export class LockTable<T> {
     return lock && { key, token: lock.token, deadline: lock.deadline };
   }
 
-  /** The holder of `lock` is gone (released or expired): grant the next waiter or free the key. */
-  #handOver(lock: Lock, now: number): void {
-    const next = lock.head as Waiter<T> | null;
+  /**
+   * The holder of `lock` is gone (released, or its lease ran out at `at`): grant the next
+   * waiter, whose lease starts `now`, or free the key. A waiter whose wait limit ran out at
+   * that same instant gets `T` rather than the lock. If the token source throws, nothing
+   * has changed but those timeouts: the old grant and its lease stay as they were.
+   */
+  #handOver(lock: Lock, at: number, now: number): void {
+    let next = lock.head as Waiter<T> | null;
+    while (next !== null && next.heapIndex >= 0 && next.deadline <= at) {
+      this.#heap.cancel(next);
+      this.#timeOut(next);
+      next = lock.head as Waiter<T> | null;
+    }
     if (next === null) {
+      this.#heap.cancel(lock);
       this.#locks.delete(lock.key);
       this.#hooks.freed?.(lock.key, lock.token);
       return;

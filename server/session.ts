@@ -66,15 +66,6 @@ export class ClientSession implements LineHandler {
     this.#sink = sink;
   }
 
-  /** Number of acquires of this session waiting in the table. */
-  get queued(): number {
-    let n = 0;
-    for (const tickets of this.#queued.values()) {
-      for (const t of tickets) if (t.waiter !== undefined) n++;
-    }
-    return n;
-  }
-
   /** Handles one request line. */
   line(text: string): void {
     const request = parseRequest(text, { maxLeaseMs: this.#ctx.maxLeaseMs });

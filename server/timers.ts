@@ -6,6 +6,8 @@
  * @module
  */
 
+const MAX_DELAY_MS = 2 ** 31 - 1;
+
 /** What the ticker drives: the lock table's view of time. */
 export interface Deadlines {
   /** Earliest pending deadline in ms on the monotonic clock, or `undefined`. */
@@ -56,7 +58,9 @@ export class Ticker {
     if (deadline === undefined || deadline >= this.#armedFor) return;
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#armedFor = deadline;
-    const delay = Math.max(0, Math.ceil(deadline - this.#options.clock()));
+    // setTimeout cannot wait longer than 2^31-1 ms (it would fire at once): wake up early
+    // and re-arm instead.
+    const delay = Math.min(MAX_DELAY_MS, Math.max(0, Math.ceil(deadline - this.#options.clock())));
     this.#timer = setTimeout(() => this.#fire(), delay);
   }
 

@@ -62,7 +62,7 @@ export class TokenStore {
   #block: bigint;
   #last: bigint;
   #durable: bigint;
-  #writing = false;
+  #writing: Promise<void> | null = null;
   #closed = false;
 
   private constructor(dir: string, lockFile: Deno.FsFile, stored: bigint, block: bigint) {
@@ -139,7 +139,7 @@ export class TokenStore {
     const token = this.#last + 1n;
     if (token > MAX_TOKEN) throw new TokensExhaustedError();
     if (token > this.#durable) this.#reserveSync(token + this.#block);
-    else if (!this.#writing && this.#durable - token < this.#block / 2n) {
+    else if (this.#writing === null && this.#durable - token < this.#block / 2n) {
       this.#reserveAsync(this.#durable + this.#block);
     }
     this.#last = token;
@@ -157,17 +157,20 @@ export class TokenStore {
     if (floor + 1n > this.#durable) this.#reserveSync(floor + this.#block);
   }
 
-  /** Persists the exact last token issued and releases the data directory. */
-  close(): Promise<void> {
-    if (this.#closed) return Promise.resolve();
+  /**
+   * Waits for a background reservation in flight, persists the exact last token issued and
+   * releases the data directory.
+   */
+  async close(): Promise<void> {
+    if (this.#closed) return;
     this.#closed = true;
     try {
+      await this.#writing;
       this.#write(this.#last, "tmp-final");
       this.#durable = this.#last;
     } finally {
       this.#lockFile.close();
     }
-    return Promise.resolve();
   }
 
   #reserveSync(target: bigint): void {
@@ -179,20 +182,19 @@ export class TokenStore {
   #reserveAsync(target: bigint): void {
     const mark = target > MAX_TOKEN ? MAX_TOKEN : target;
     if (mark <= this.#durable) return;
-    this.#writing = true;
     const tmp = join(this.#dir, `${FILE}.tmp-async`);
-    writeDurably(tmp, mark).then(() => {
+    this.#writing = writeDurably(tmp, mark).then(() => {
       // Renames happen on this thread, in order: a later synchronous write is never undone.
       if (!this.#closed && mark > this.#durable) {
         Deno.renameSync(tmp, this.#path);
         this.#durable = mark;
-      }
+      } else Deno.removeSync(tmp);
     }).catch((error) => {
       console.error(
         `lockd: could not reserve fencing tokens in "${this.#dir}": ${describe(error)}`,
       );
     }).finally(() => {
-      this.#writing = false;
+      this.#writing = null;
     });
   }
 

@@ -226,7 +226,8 @@ export class LineClient {
   }
 
   async #read(): Promise<void> {
-    const decoder = new TextDecoder();
+    // ignoreBOM: a U+FEFF the server echoes at the start of the stream is part of the line.
+    const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
     const buf = new Uint8Array(64 * 1024);
     let pending = "";
     try {
