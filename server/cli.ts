@@ -182,7 +182,7 @@ SIGNALS
     SIGINT, SIGTERM
             Graceful shutdown: stop accepting, answer queued acquires
             'E shutting down' (or hand over to the next node of a cluster),
-            persist the token mark, exit 0. A second signal exits at once.
+            persist the token mark, exit 0 (within about two seconds).
 
 EXIT STATUS
     0   stopped after SIGINT/SIGTERM

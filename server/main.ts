@@ -57,12 +57,12 @@ export async function main(args: string[]): Promise<number> {
     }
     return 1;
   }
-  let signals = 0;
+  // Ctrl+C reaches every process of the group (npx, deno task, this one), and wrappers
+  // forward it too: repeated signals while stopping are the same request, not an escalation.
+  let stopping = false;
   const onSignal = () => {
-    if (++signals > 1) {
-      console.error("lockd: second signal, exiting at once");
-      Deno.exit(1);
-    }
+    if (stopping) return;
+    stopping = true;
     console.error("lockd: shutting down");
     server.shutdown();
   };
