@@ -1,17 +1,46 @@
 /**
- * `@lockd/client`: talk to lockd, the lock service with fencing tokens.
+ * `@lockd/client`: locks with fencing tokens from lockd, over TCP (Deno) or through the
+ * WebSocket bridge (browsers, edge runtimes), with the connection behaviour of every official
+ * client: two connections to a single node, round-robin, pipelining, reconnection every 3 s,
+ * acquires that move to the next connection, releases retried for 5 s, `M` redirects
+ * followed to the active node of a cluster.
  *
- * This entry exports the wire protocol (SPEC §2) as plain functions; the `LockClient`
- * class joins it in the next release.
+ * Units: `lease` and `wait` are seconds (fractions allowed); options ending in `Ms` are
+ * milliseconds. Fencing tokens are `bigint`.
  *
- * @example Parse a reply
+ * @example Take a lock and protect a write with its fencing token
  * ```ts
- * import { parseReply } from "@lockd/client";
- * const reply = parseReply("A orders:17 A 1042");
- * console.log(reply?.token); // 1042n
+ * import { LockClient, LockTimeoutError } from "@lockd/client";
+ *
+ * const client = new LockClient("127.0.0.1:7321");
+ * try {
+ *   await using lock = await client.acquire("orders:17", { lease: 30, wait: 5 });
+ *   // Give the token to the resource: it must refuse tokens not above the last it saw.
+ *   console.log(`holding ${lock.key}, token ${lock.token}`);
+ * } catch (error) {
+ *   if (error instanceof LockTimeoutError) console.log("someone else held it for 5 s");
+ *   else throw error;
+ * } finally {
+ *   await client.close();
+ * }
  * ```
  *
  * @module
  */
 
-export * from "./client/codec.ts";
+export {
+  type AcquireOptions,
+  LockClient,
+  type LockClientOptions,
+  type TryAcquireOptions,
+} from "./client/client.ts";
+export type { Lock } from "./client/lock.ts";
+export {
+  LockAbortedError,
+  LockError,
+  LockLostError,
+  LockRejectedError,
+  LockTimeoutError,
+  LockUnavailableError,
+} from "./client/errors.ts";
+export type { Address, Connect, Transport, TransportHandlers } from "./client/transport.ts";

@@ -291,9 +291,10 @@ export function formatSeconds(ms: number): string {
   if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`Cannot send ${ms} ms as seconds`);
   const whole = Math.floor(ms / 1000);
   const rest = Math.ceil(ms - whole * 1000);
-  if (rest === 0) return String(whole);
-  if (rest === 1000) return String(whole + 1);
-  return `${whole}.${String(rest).padStart(3, "0").replace(/0+$/, "")}`;
+  // BigInt prints every digit: String() would switch to exponent form from 10^21.
+  if (rest === 0) return BigInt(whole).toString();
+  if (rest === 1000) return (BigInt(whole) + 1n).toString();
+  return `${BigInt(whole)}.${String(rest).padStart(3, "0").replace(/0+$/, "")}`;
 }
 
 /**

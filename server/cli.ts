@@ -197,7 +197,7 @@ FILES
 EXAMPLES
     Start a node on the default port and take a lock with nc:
         deno run -A server/main.ts
-        printf 'A orders:17 30 5\\n' | nc 127.0.0.1 7321
+        printf 'A orders:17 30 5\\n' | nc -N 127.0.0.1 7321
 
     Any free port, separate data directory:
         deno run -A server/main.ts --listen 127.0.0.1:0 --data-dir /tmp/lockd-a

@@ -19,6 +19,11 @@ export interface LineHandler {
   line(text: string): void;
   /** The connection is closed (by either side); called exactly once. */
   closed(): void;
+  /**
+   * A line that is not valid UTF-8, decoded with replacement characters (U+FFFD) so its
+   * fields can be echoed. Without this hook such lines are ignored.
+   */
+  invalid?(text: string): void;
 }
 
 /** Tunables of {@linkcode Connection}. */
@@ -37,6 +42,7 @@ const CLOSE_GRACE_MS = 2000;
 const encoder = new TextEncoder();
 // ignoreBOM: a U+FEFF at the start of a chunk is part of the line, as anywhere else.
 const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+const lenient = new TextDecoder("utf-8", { ignoreBOM: true });
 
 let dirty: Connection[] = [];
 let batchEnds: BatchEnd[] = [];
@@ -137,6 +143,18 @@ export class Connection {
       this.#dirty = true;
       dirty.push(this);
       endBatchSoon();
+    }
+  }
+
+  /**
+   * Counts `units` (UTF-16 units; negative to give back) of replies the session holds in
+   * memory for this connection, so pausing and dropping cover them as well.
+   */
+  hold(units: number): void {
+    this.#queuedUnits += units;
+    if (units > 0 && this.#queuedUnits > this.#dropAt) {
+      console.error(`lockd: dropping ${this.remote}: too many replies held for it`);
+      this.close();
     }
   }
 
@@ -259,12 +277,18 @@ export class Connection {
     while (start <= bytes.length) {
       let nl = bytes.indexOf(10, start);
       if (nl < 0) nl = bytes.length;
+      const length = nl - start - (nl > start && bytes[nl - 1] === 13 ? 1 : 0);
+      if (length > MAX_LINE_BYTES) {
+        this.#lineTooLong();
+        return;
+      }
+      const raw = bytes.subarray(start, nl);
       let line: string;
       try {
-        line = decoder.decode(bytes.subarray(start, nl));
+        line = decoder.decode(raw);
       } catch {
         line = "";
-        this.send("- - E line is not valid UTF-8");
+        this.handler.invalid?.(lenient.decode(raw));
       }
       if (line !== "" && !this.#line(line)) return;
       start = nl + 1;

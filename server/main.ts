@@ -76,5 +76,13 @@ export async function main(args: string[]): Promise<number> {
 }
 
 if (import.meta.main) {
-  Deno.exit(await main(Deno.args));
+  let code: number;
+  try {
+    code = await main(Deno.args);
+  } catch (error) {
+    // e.g. stdout closed or full while printing --help: say so, without a stack trace.
+    console.error(`lockd: ${error instanceof Error ? error.message : error}`);
+    code = 1;
+  }
+  Deno.exit(code);
 }

@@ -184,9 +184,13 @@ export class LockServer {
   }
 
   #serve(socket: Deno.TcpConn): void {
-    const session = new ClientSession(this.#ctx, { send: (line) => conn.send(line) });
+    const session = new ClientSession(this.#ctx, {
+      send: (line) => conn.send(line),
+      hold: (units) => conn.hold(units),
+    });
     const conn = new Connection(socket, {
       line: (text) => session.line(text),
+      invalid: (text) => session.invalid(text),
       closed: () => {
         session.closed();
         this.#connections.delete(conn);

@@ -15,7 +15,15 @@ import { TokensExhaustedError } from "./tokens.ts";
 export interface ReplySink {
   /** Queues one reply line (without `\n`). */
   send(line: string): void;
+  /**
+   * Accounts for `units` (UTF-16 units, negative to give back) of replies held in memory
+   * before they can be sent, so the connection's output limits cover them too.
+   */
+  hold?(units: number): void;
 }
+
+/** Most acquires one connection may have queued at once; more are answered `E`. */
+export const MAX_QUEUED_PER_CONNECTION = 1_000_000;
 
 /** What the sessions of one server share. */
 export interface SessionContext {
@@ -52,12 +60,48 @@ export const ticketHooks: LockTableHooks<Ticket> = {
   },
 };
 
+/**
+ * The unanswered acquires of one key on one connection, in request order, and the replies
+ * held behind them. A FIFO with a moving head: settling is O(1), not O(n) as `shift` is.
+ */
+class KeyQueue {
+  items: Ticket[] = [];
+  head = 0;
+
+  get empty(): boolean {
+    return this.head === this.items.length;
+  }
+
+  push(ticket: Ticket): void {
+    this.items.push(ticket);
+  }
+
+  /** The first ticket if it is decided, removed; otherwise `undefined`. */
+  shiftDecided(): Ticket | undefined {
+    const first = this.items[this.head];
+    if (first === undefined || first.reply === undefined) return undefined;
+    this.items[this.head++] = undefined as unknown as Ticket;
+    if (this.head > 1024 && this.head * 2 > this.items.length) {
+      this.items = this.items.slice(this.head);
+      this.head = 0;
+    }
+    return first;
+  }
+
+  /** The tickets still in the queue. */
+  *[Symbol.iterator](): IterableIterator<Ticket> {
+    for (let i = this.head; i < this.items.length; i++) yield this.items[i];
+  }
+}
+
 /** Handles the request lines of one client connection. */
 export class ClientSession implements LineHandler {
   #ctx: SessionContext;
   #sink: ReplySink;
   /** Per key: acquires of this connection not yet answered, in request order. */
-  #queued = new Map<string, Ticket[]>();
+  #queued = new Map<string, KeyQueue>();
+  /** Acquires of this connection waiting in the table. */
+  #waiting = 0;
   #closed = false;
 
   /** @param ctx Shared server state. @param sink Where replies go. */
@@ -83,14 +127,19 @@ export class ClientSession implements LineHandler {
     try {
       switch (request.op) {
         case "A": {
+          if (this.#waiting >= MAX_QUEUED_PER_CONNECTION) {
+            this.#reply(op, key, `A ${key} E too many queued acquires on this connection`);
+            return;
+          }
           const ticket = new Ticket(this, key);
           const outcome = table.acquire(key, request.leaseMs, request.waitMs, ticket);
           if (typeof outcome === "bigint") this.#reply(op, key, `A ${key} A ${outcome}`);
           else {
             ticket.waiter = outcome;
-            const tickets = this.#queued.get(key);
-            if (tickets === undefined) this.#queued.set(key, [ticket]);
-            else tickets.push(ticket);
+            this.#waiting++;
+            let tickets = this.#queued.get(key);
+            if (tickets === undefined) this.#queued.set(key, tickets = new KeyQueue());
+            tickets.push(ticket);
           }
           return;
         }
@@ -110,16 +159,33 @@ export class ClientSession implements LineHandler {
     }
   }
 
+  /**
+   * Answers a line that is not valid UTF-8 with `E`, echoing its op and key where they are
+   * intact (no replacement character), `-` otherwise.
+   */
+  invalid(text: string): void {
+    if (text.endsWith("\r")) text = text.slice(0, -1);
+    const [op, key] = text.split(" ");
+    const intact = (field: string | undefined) =>
+      field === undefined || field === "" || field.includes("\uFFFD") ? "-" : field;
+    const echoOp = intact(op);
+    const echoKey = intact(key);
+    this.#reply(echoOp, echoKey, `${echoOp} ${echoKey} E line is not valid UTF-8`);
+  }
+
   /** Decides a queued acquire and sends every reply of its key that is now in order. */
   settle(ticket: Ticket, reply: string): void {
+    if (ticket.waiter !== undefined) this.#waiting--;
     ticket.waiter = undefined;
     ticket.reply = reply;
     const tickets = this.#queued.get(ticket.key);
     if (tickets === undefined) return;
-    while (tickets.length > 0 && tickets[0].reply !== undefined) {
-      this.#sink.send(tickets.shift()!.reply!);
+    this.#sink.hold?.(reply.length + 1);
+    for (let next = tickets.shiftDecided(); next; next = tickets.shiftDecided()) {
+      this.#sink.hold?.(-(next.reply!.length + 1));
+      this.#sink.send(next.reply!);
     }
-    if (tickets.length === 0) this.#queued.delete(ticket.key);
+    if (tickets.empty) this.#queued.delete(ticket.key);
   }
 
   /**
@@ -147,6 +213,7 @@ export class ClientSession implements LineHandler {
       }
     }
     this.#queued.clear();
+    this.#waiting = 0;
   }
 
   /** Sends a reply to (op, key), behind any earlier unanswered acquire of the same key. */
@@ -159,5 +226,6 @@ export class ClientSession implements LineHandler {
     const slot = new Ticket(this, key);
     slot.reply = line;
     tickets.push(slot);
+    this.#sink.hold?.(line.length + 1);
   }
 }

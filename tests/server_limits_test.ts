@@ -287,7 +287,7 @@ Deno.test("server does not let a client that never reads stall others", async ()
 
 /**
  * One connection sends 150,000 requests for `key` and reads their replies, then stops
- * reading and pipelines ~25 MB more: the server must stop reading it (or drop it).
+ * reading and pipelines ~78 MB more: the server must stop reading it (or drop it).
  */
 async function stopsReadingAfterTraffic(server: ServerProcess, key: string): Promise<void> {
   const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.port });
@@ -309,10 +309,11 @@ async function stopsReadingAfterTraffic(server: ServerProcess, key: string): Pro
       await writing.done;
       if (writing.error !== undefined) throw writing.error;
     }
-    // Phase 2: the same client stops reading and pipelines ~25 MB more.
+    // Phase 2: the same client stops reading and pipelines ~78 MB more: more than the
+    // kernel's socket buffers can hold (up to 32 MB each way on some hosts).
     const rssBefore = rssKiB(server.child.pid);
     const payload = encoder.encode(
-      Array.from({ length: 100_000 }, (_, i) => `R ${key} ${i + 1}\n`).join(""),
+      Array.from({ length: 300_000 }, (_, i) => `R ${key} ${i + 1}\n`).join(""),
     );
     writing = backgroundWrite(conn, payload);
     await untilStalled(writing, payload.length);
@@ -474,5 +475,52 @@ Deno.test("server stays idle while it holds a lease longer than 24.8 days", asyn
     // And the lease is of course still held.
     assert.equal(await other.request("A long:1 30 0.01"), "A long:1 T");
     assert.equal(await c.request(`R long:1 ${token}`), "R long:1 R");
+  });
+});
+
+Deno.test("server bounds the replies it holds behind a queued acquire", async () => {
+  await withServer({}, async (server, clients) => {
+    const holder = await clients.connect();
+    grantOf(await holder.request("A held:1 86400 0"), "held:1");
+    // A queued acquire, then ~80 MB of same-key requests whose E replies must wait behind
+    // it (SPEC §2 ordering): the server must stop reading rather than hold them all.
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.port });
+    const bad = `A held:1 -1 5.${"0".repeat(3990)}\n`;
+    const payload = encoder.encode("A held:1 30 0\n" + bad.repeat(20_000));
+    const writing = backgroundWrite(conn, payload);
+    try {
+      await untilStalled(writing, payload.length);
+      assert.ok(
+        writing.error !== undefined || writing.written < payload.length,
+        "the server read every request of a connection whose replies it must hold",
+      );
+      // Everyone else is still served.
+      const bystander = await clients.connect();
+      grantOf(await bystander.request("A other:1 30 0"), "other:1");
+    } finally {
+      conn.close();
+      await writing.done;
+    }
+  });
+});
+
+Deno.test("server closes on a line over 4096 bytes even when it is not valid UTF-8", async () => {
+  await withServer({}, async (_server, clients) => {
+    const c = await clients.connect();
+    const line = new Uint8Array([...encoder.encode("A " + "x".repeat(5000)), 0xff, 10]);
+    await c.write(new Uint8Array([...line, ...encoder.encode("A after:1 30 0\n")]));
+    assert.deepEqual(await c.closedByPeer(), ["- - E line too long"]);
+  });
+});
+
+Deno.test("server echoes the intact fields of a line that is not valid UTF-8", async () => {
+  await withServer({}, async (_server, clients) => {
+    const c = await clients.connect();
+    await c.write(new Uint8Array([...encoder.encode("A utf:1 30 0"), 0xff, 10]));
+    assert.equal(await c.readLine(), "A utf:1 E line is not valid UTF-8");
+    await c.write(new Uint8Array([...encoder.encode("A "), 0xc3, ...encoder.encode(" 30 0\n")]));
+    assert.equal(await c.readLine(), "A - E line is not valid UTF-8");
+    // Nothing was taken, and the connection still works.
+    grantOf(await c.request("A utf:1 30 0"), "utf:1");
   });
 });

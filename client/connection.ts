@@ -1,0 +1,200 @@
+/**
+ * One managed connection of a {@linkcode LockClient} (SPEC §3): connects in the background,
+ * reconnects every `reconnectIntervalMs` after a drop, pipelines requests and matches
+ * replies by the echoed (op, key), several outstanding requests with the same pair in the
+ * order they were sent.
+ *
+ * @module
+ */
+
+import { parseReply, type Reply } from "./codec.ts";
+import type { Address, Connect, Transport } from "./transport.ts";
+
+/** The connection dropped (or could not be used) while a request was outstanding. */
+export class ConnectionLost extends Error {
+  /** @param address Where it was connected. @param detail Last error line from the server. */
+  constructor(address: string, detail?: string) {
+    super(`Connection to ${address} was lost${detail ? ` (${detail})` : ""}`);
+    this.name = "ConnectionLost";
+  }
+}
+
+interface Pending {
+  resolve(reply: Reply): void;
+  reject(error: ConnectionLost): void;
+}
+
+/** Options shared by every connection of a client. */
+export interface SlotOptions {
+  /** Opens transports. */
+  connect: Connect;
+  /** Pause between background reconnection attempts, in ms. */
+  reconnectIntervalMs: number;
+  /** Longest time one connection attempt may take, in ms. */
+  connectTimeoutMs: number;
+  /** Aborts when the client closes. */
+  closed: AbortSignal;
+  /** Reports a measured round trip (connect, release, extend), in ms. */
+  roundTrip(ms: number): void;
+}
+
+/** A connection to one address that comes back by itself. */
+export class Slot {
+  /** Where it connects. */
+  readonly address: Address;
+  #options: SlotOptions;
+  #transport: Transport | undefined;
+  #connecting: Promise<boolean> | undefined;
+  #pending = new Map<string, Pending[]>();
+  #reconnectTimer: ReturnType<typeof setTimeout> | undefined;
+  #lastError: string | undefined;
+
+  /** @param address Where to connect. @param options Shared settings. */
+  constructor(address: Address, options: SlotOptions) {
+    this.address = address;
+    this.#options = options;
+    options.closed.addEventListener("abort", () => this.#shutdown(), { once: true });
+  }
+
+  /** Whether requests can be sent now. */
+  get up(): boolean {
+    return this.#transport !== undefined;
+  }
+
+  /** Whether an attempt to connect is under way. */
+  get connecting(): boolean {
+    return this.#connecting !== undefined;
+  }
+
+  /**
+   * Connects now unless connected or connecting. Resolves `true` once usable, `false` if
+   * the attempt failed (a background retry is then scheduled).
+   */
+  connect(): Promise<boolean> {
+    if (this.#transport !== undefined) return Promise.resolve(true);
+    if (this.#options.closed.aborted) return Promise.resolve(false);
+    this.#connecting ??= this.#open().finally(() => this.#connecting = undefined);
+    return this.#connecting;
+  }
+
+  /**
+   * Sends a request line and resolves with the reply whose (op, key) echo matches.
+   *
+   * @throws {ConnectionLost} If not connected, or if the connection drops before the reply.
+   */
+  request(op: string, key: string, line: string): Promise<Reply> {
+    const transport = this.#transport;
+    if (transport === undefined) return Promise.reject(new ConnectionLost(this.address.key));
+    return new Promise<Reply>((done, reject) => {
+      const id = `${op} ${key}`;
+      let resolve = done;
+      if (op !== "A") {
+        // Pings, releases and extends are answered at once: their round trip bounds latency.
+        const sentAt = performance.now();
+        resolve = (reply) => {
+          this.#options.roundTrip(performance.now() - sentAt);
+          done(reply);
+        };
+      }
+      const queue = this.#pending.get(id);
+      if (queue === undefined) this.#pending.set(id, [{ resolve, reject }]);
+      else queue.push({ resolve, reject });
+      transport.send(line);
+    });
+  }
+
+  /** Drops the connection (e.g. to test failover); it reconnects in the background. */
+  drop(): void {
+    this.#transport?.close();
+  }
+
+  async #open(): Promise<boolean> {
+    clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer = undefined;
+    const attempt = new AbortController();
+    const timer = setTimeout(
+      () => attempt.abort(new Error("connect timed out")),
+      this.#options.connectTimeoutMs,
+    );
+    const onClose = () => attempt.abort(new Error("client closed"));
+    this.#options.closed.addEventListener("abort", onClose, { once: true });
+    let transport: Transport | undefined;
+    let dead = false;
+    try {
+      transport = await this.#options.connect(this.address, {
+        line: (text) => this.#reply(text),
+        closed: () => {
+          dead = true;
+          if (transport !== undefined) this.#lost(transport);
+        },
+      }, attempt.signal);
+      if (this.#options.closed.aborted || dead) {
+        transport.close();
+        if (dead) this.#scheduleReconnect();
+        return false;
+      }
+      this.#transport = transport;
+      this.#lastError = undefined;
+      this.#ping();
+      return true;
+    } catch (error) {
+      this.#lastError = error instanceof Error ? error.message : String(error);
+      this.#scheduleReconnect();
+      return false;
+    } finally {
+      clearTimeout(timer);
+      this.#options.closed.removeEventListener("abort", onClose);
+    }
+  }
+
+  /**
+   * Measures the round trip of a fresh connection with a request that changes nothing: an
+   * unknown op, answered `? - E unknown op` by any node (SPEC §2). Sent before anything
+   * else, so the latency is known before the first grant arrives.
+   */
+  #ping(): void {
+    this.request("?", "-", "?").catch(() => {});
+  }
+
+  #reply(text: string): void {
+    const reply = parseReply(text);
+    if (reply === undefined) return; // Not a reply of SPEC §2: nothing to match.
+    const queue = this.#pending.get(`${reply.op} ${reply.key}`);
+    const pending = queue?.shift();
+    if (pending === undefined) {
+      // `- - E ...` (too many connections, line too long) precedes a close: keep the reason.
+      if (reply.status === "E") this.#lastError = reply.text;
+      return;
+    }
+    if (queue!.length === 0) this.#pending.delete(`${reply.op} ${reply.key}`);
+    pending.resolve(reply);
+  }
+
+  #lost(transport: Transport): void {
+    if (this.#transport !== transport) return;
+    this.#transport = undefined;
+    const pending = [...this.#pending.values()].flat();
+    this.#pending.clear();
+    for (const p of pending) p.reject(new ConnectionLost(this.address.key, this.#lastError));
+    this.#scheduleReconnect();
+  }
+
+  #scheduleReconnect(): void {
+    if (this.#options.closed.aborted || this.#reconnectTimer !== undefined) return;
+    this.#reconnectTimer = setTimeout(() => {
+      this.#reconnectTimer = undefined;
+      this.connect();
+    }, this.#options.reconnectIntervalMs);
+  }
+
+  #shutdown(): void {
+    clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer = undefined;
+    const transport = this.#transport;
+    this.#transport = undefined;
+    transport?.close();
+    const pending = [...this.#pending.values()].flat();
+    this.#pending.clear();
+    for (const p of pending) p.reject(new ConnectionLost(this.address.key, "client closed"));
+  }
+}

@@ -1,0 +1,253 @@
+/**
+ * A held lock: its key, fencing token and lease, an `AbortSignal` that fires when the lock is
+ * known or suspected lost, renewal (`extend`, or automatic), and `release` (also through
+ * `await using`).
+ *
+ * @module
+ */
+
+import { LockLostError, LockUnavailableError } from "./errors.ts";
+
+/** What a {@linkcode Lock} needs from its client. Internal. */
+export interface LockOwner {
+  /** Sends `X`; resolves `true` on `X`, `false` on `N`. */
+  extend(key: string, token: bigint, leaseMs: number): Promise<boolean>;
+  /** Sends `R` with the retry policy of SPEC §3. */
+  release(key: string, token: bigint): Promise<void>;
+  /** Forgets a lock that is released or lost. */
+  forget(lock: HeldLock): void;
+}
+
+/** Options of a lock's life, from the acquire. Internal. */
+export interface LockState {
+  /** Lease in ms. */
+  leaseMs: number;
+  /**
+   * Earliest time (ms, `performance.now()`) at which the server can have granted it: its
+   * lease began no earlier, so expiry estimates from here are on the safe side.
+   */
+  grantedAt: number;
+  /** Renew at a third of the lease while held. */
+  autoExtend: boolean;
+}
+
+const MAX_DELAY_MS = 2 ** 31 - 1;
+
+/** How early before the estimated end of a lease `signal` fires: 5 % of it, at most 1 s. */
+function safetyMargin(leaseMs: number): number {
+  return Math.min(1000, leaseMs * 0.05);
+}
+
+/**
+ * A granted lock. Keep using the protected resource only while `signal` has not fired, and
+ * pass `token` to the resource so it can refuse stale writers (SPEC §5). Obtained from
+ * `LockClient.acquire`, `tryAcquire` or `withLock`.
+ *
+ * @example Holding a lock
+ * ```ts
+ * import { LockClient } from "@lockd/client";
+ * const client = new LockClient("127.0.0.1:7321");
+ * const lock = await client.acquire("orders:17", { lease: 30 });
+ * try {
+ *   await fetch("https://example.com/orders/17", {
+ *     method: "PUT",
+ *     headers: { "fencing-token": String(lock.token) },
+ *     signal: lock.signal,
+ *   });
+ * } finally {
+ *   await lock.release();
+ *   await client.close();
+ * }
+ * ```
+ */
+export interface Lock extends AsyncDisposable {
+  /** The key. */
+  readonly key: string;
+  /** This grant's fencing token: greater than every token issued before it (u64). */
+  readonly token: bigint;
+  /** The current lease, in seconds (as asked by the acquire or the last extend). */
+  readonly lease: number;
+  /**
+   * Fires when the lock is known lost (an extend answered `N`) or suspected lost (the lease
+   * is about to run out and no renewal proved it). Its reason is a `LockLostError`. It does
+   * not fire on `release()`.
+   */
+  readonly signal: AbortSignal;
+  /** Whether `release()` was called. */
+  readonly released: boolean;
+  /**
+   * Resets the lease to `lease` seconds from now (default: the current lease).
+   *
+   * @param lease Seconds, > 0, fractions allowed.
+   * @throws {LockLostError} The server answered `N`: this grant no longer holds the key
+   * (`signal` fires too).
+   * @throws {LockUnavailableError} No connection could carry the request.
+   * @throws {LockRejectedError} The server refused it (e.g. above its `--max-lease`).
+   * @throws {TypeError} For a lease that is not a positive number, or after `release()`.
+   */
+  extend(lease?: number): Promise<void>;
+  /**
+   * Releases the lock. Renewal stops at once (synchronously); the release is retried for
+   * 5 s every 200 ms if no connection can carry it (SPEC §3). An `N` reply also ends it: the
+   * lock is gone either way. Calling it again returns the same promise.
+   *
+   * @throws {LockUnavailableError} If no node could be reached for 5 s (the lease will
+   * free the lock).
+   */
+  release(): Promise<void>;
+}
+
+/** The client's implementation of {@linkcode Lock}. Internal. */
+export class HeldLock implements Lock {
+  /** The key. */
+  readonly key: string;
+  /** This grant's fencing token: greater than every token issued before it. */
+  readonly token: bigint;
+  #owner: LockOwner;
+  #leaseMs: number;
+  #expiresAt: number;
+  #autoExtend: boolean;
+  #controller = new AbortController();
+  #expiryTimer: ReturnType<typeof setTimeout> | undefined;
+  #renewTimer: ReturnType<typeof setTimeout> | undefined;
+  #released: Promise<void> | undefined;
+
+  /** Made by the client on a grant; not for direct use. */
+  constructor(key: string, token: bigint, owner: LockOwner, state: LockState) {
+    this.key = key;
+    this.token = token;
+    this.#owner = owner;
+    this.#leaseMs = state.leaseMs;
+    this.#autoExtend = state.autoExtend;
+    this.#expiresAt = state.grantedAt + state.leaseMs;
+    this.#schedule();
+  }
+
+  /** The current lease, in seconds (as asked by the acquire or the last extend). */
+  get lease(): number {
+    return this.#leaseMs / 1000;
+  }
+
+  /**
+   * Fires when the lock is known lost (an extend answered `N`) or suspected lost (the lease
+   * is about to run out and no renewal proved it). Its reason is a {@linkcode LockLostError}.
+   * It does not fire on `release()`.
+   */
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+
+  /** Whether `release()` was called. */
+  get released(): boolean {
+    return this.#released !== undefined;
+  }
+
+  /**
+   * Resets the lease to `lease` seconds from now (default: the current lease).
+   *
+   * @param lease Seconds, > 0, fractions allowed.
+   * @throws {LockLostError} The server answered `N`: this grant no longer holds the key
+   * (`signal` fires too).
+   * @throws {LockUnavailableError} No connection could carry the request.
+   * @throws {LockRejectedError} The server refused it (e.g. above its `--max-lease`).
+   * @throws {TypeError} For a lease that is not a positive number, or after `release()`.
+   */
+  async extend(lease: number = this.lease): Promise<void> {
+    if (!(lease > 0) || !Number.isFinite(lease)) {
+      throw new TypeError(`lease must be a positive number of seconds, got ${lease}`);
+    }
+    if (this.#released !== undefined) throw new TypeError(`Lock "${this.key}" was released`);
+    if (this.#controller.signal.aborted) throw this.#controller.signal.reason;
+    await this.#extend(Math.ceil(lease * 1000));
+  }
+
+  /**
+   * Releases the lock. Renewal stops at once (synchronously); the release is retried for
+   * 5 s every 200 ms if no connection can carry it (SPEC §3). An `N` reply also ends it: the
+   * lock is gone either way. Calling it again returns the same promise.
+   *
+   * @throws {LockUnavailableError} If no node could be reached for 5 s (the lease will
+   * free the lock).
+   */
+  release(): Promise<void> {
+    if (this.#released === undefined) {
+      this.#stopTimers();
+      this.#owner.forget(this);
+      this.#released = this.#owner.release(this.key, this.token);
+    }
+    return this.#released;
+  }
+
+  /** Releases the lock at the end of an `await using` block. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.release();
+  }
+
+  /** Marks the lock lost: `signal` fires with a {@linkcode LockLostError}. Internal. */
+  lose(why: string): void {
+    this.#stopTimers();
+    if (!this.#controller.signal.aborted) {
+      this.#owner.forget(this);
+      this.#controller.abort(new LockLostError(this.key, this.token, why));
+    }
+  }
+
+  /** Stops timers without releasing (the client is closing). Internal. */
+  stop(): void {
+    this.#stopTimers();
+  }
+
+  async #extend(leaseMs: number): Promise<void> {
+    const sentAt = performance.now();
+    const held = await this.#owner.extend(this.key, this.token, leaseMs);
+    if (this.#released !== undefined) return;
+    if (!held) {
+      this.lose("the server no longer holds it for this token (extend answered N)");
+      throw this.#controller.signal.reason;
+    }
+    if (this.#controller.signal.aborted) return;
+    this.#leaseMs = leaseMs;
+    this.#expiresAt = sentAt + leaseMs;
+    this.#schedule();
+  }
+
+  #schedule(): void {
+    this.#stopTimers();
+    const now = performance.now();
+    const fireIn = this.#expiresAt - safetyMargin(this.#leaseMs) - now;
+    // setTimeout cannot wait past 2^31-1 ms (it would fire at once): wake up and re-plan.
+    this.#expiryTimer = fireIn > MAX_DELAY_MS
+      ? setTimeout(() => this.#schedule(), MAX_DELAY_MS)
+      : setTimeout(
+        () => this.lose("its lease ran out before a renewal was confirmed"),
+        Math.max(0, fireIn),
+      );
+    // Renew once a third of the lease has gone, counted from its estimated start.
+    if (this.#autoExtend) this.#renewIn(this.#expiresAt - (this.#leaseMs * 2) / 3 - now);
+  }
+
+  #renewIn(ms: number): void {
+    clearTimeout(this.#renewTimer);
+    if (ms > MAX_DELAY_MS) {
+      this.#renewTimer = setTimeout(() => this.#renewIn(ms - MAX_DELAY_MS), MAX_DELAY_MS);
+      return;
+    }
+    this.#renewTimer = setTimeout(() => {
+      this.#renewTimer = undefined;
+      this.#extend(this.#leaseMs).catch((error) => {
+        if (this.#released !== undefined || this.#controller.signal.aborted) return;
+        // Not proven yet (no connection, a node failing over): try again soon, until the
+        // expiry timer gives up and fires the signal.
+        if (error instanceof LockUnavailableError || !(error instanceof LockLostError)) {
+          this.#renewIn(Math.min(1000, this.#leaseMs / 10));
+        }
+      });
+    }, ms);
+  }
+
+  #stopTimers(): void {
+    clearTimeout(this.#expiryTimer);
+    clearTimeout(this.#renewTimer);
+    this.#expiryTimer = this.#renewTimer = undefined;
+  }
+}

@@ -1,0 +1,60 @@
+/**
+ * The WebSocket transport (`ws://`, `wss://`) on the standard `WebSocket`, for browsers and
+ * edge runtimes talking to a lockd bridge: one SPEC §2 line per text frame.
+ *
+ * @module
+ */
+
+import type { Address, Transport, TransportHandlers } from "./transport.ts";
+
+/**
+ * Opens a WebSocket to a lockd bridge and resolves once it is open.
+ *
+ * @throws {Error} If the socket closes or fails before opening, or `signal` aborts.
+ */
+export function connectWebSocket(
+  address: Address,
+  handlers: TransportHandlers,
+  signal: AbortSignal,
+): Promise<Transport> {
+  return new Promise((resolve, reject) => {
+    const socket = new WebSocket(address.url!);
+    let open = false;
+    let closed = false;
+    const transport: Transport = {
+      send(line) {
+        if (socket.readyState === WebSocket.OPEN) socket.send(line);
+      },
+      close() {
+        if (socket.readyState === WebSocket.CONNECTING || socket.readyState === WebSocket.OPEN) {
+          socket.close();
+        }
+        finish();
+      },
+    };
+    const finish = () => {
+      if (closed) return;
+      closed = true;
+      signal.removeEventListener("abort", onAbort);
+      if (open) handlers.closed();
+      else reject(new Error(`Cannot open WebSocket ${address.url}`));
+    };
+    const onAbort = () => {
+      socket.close();
+      if (!open) {
+        closed = true;
+        reject(signal.reason);
+      }
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+    socket.onopen = () => {
+      open = true;
+      resolve(transport);
+    };
+    socket.onmessage = (event) => {
+      if (typeof event.data === "string") handlers.line(event.data);
+    };
+    socket.onerror = () => {};
+    socket.onclose = finish;
+  });
+}
