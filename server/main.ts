@@ -30,9 +30,18 @@ export async function main(args: string[]): Promise<number> {
     console.log(`lockd ${denoJson.version}`);
     return 0;
   }
-  if (config.peers.length > 1) {
-    console.error("lockd: --peers with more than one node is not supported by this version yet");
-    return 2;
+  const peers = config.peers.map((target) => ({ address: formatHostPort(target), target }));
+  const self = formatHostPort(config.advertise ?? config.listen);
+  if (peers.length > 0) {
+    const problem = new Set(peers.map((p) => p.address)).size !== peers.length
+      ? "--peers lists a node twice"
+      : !peers.some((p) => p.address === self)
+      ? `--peers must contain this node's address ${self} (set --advertise to how peers reach it)`
+      : undefined;
+    if (problem !== undefined) {
+      console.error(`lockd: ${problem}\nTry 'deno run -A server/main.ts --help' for the options.`);
+      return 2;
+    }
   }
   if (config.bridge !== undefined) {
     console.error("lockd: --bridge is not supported by this version yet");
@@ -46,6 +55,13 @@ export async function main(args: string[]): Promise<number> {
       dataDir: config.dataDir,
       maxLeaseMs: config.maxLeaseMs,
       maxConnections: config.maxConnections,
+      cluster: peers.length === 0 ? undefined : {
+        self,
+        peers,
+        heartbeatMs: config.heartbeatMs,
+        failoverTimeoutMs: config.failoverTimeoutMs,
+      },
+      onRole: (role, why) => console.error(`lockd: ${self} is ${role} (${why})`),
     });
   } catch (error) {
     if (error instanceof Deno.errors.AddrInUse) {
@@ -69,7 +85,10 @@ export async function main(args: string[]): Promise<number> {
   const names: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGINT", "SIGTERM"];
   for (const name of names) Deno.addSignalListener(name, onSignal);
   const { hostname, port } = server.addr;
-  console.log(`listening on ${formatHostPort({ hostname, port })} as active`);
+  const role = await Promise.race([server.ready, server.finished.then(() => undefined)]);
+  if (role !== undefined) {
+    console.log(`listening on ${formatHostPort({ hostname, port })} as ${role}`);
+  }
   const code = await server.finished;
   for (const name of names) Deno.removeSignalListener(name, onSignal);
   return code;

@@ -1,15 +1,24 @@
 /**
- * A single lockd node: the TCP listener, its connections, the lock table, the token store
- * and the one lease timer, wired together. `main.ts` adds the command line; tests and
- * embedders can start a server in-process with {@linkcode LockServer.start}.
+ * A lockd node: the TCP listener, its connections, the lock table, the token store, the one
+ * lease timer and, in a cluster, the {@linkcode ClusterNode} that decides whether this node
+ * serves, parks or redirects requests. `main.ts` adds the command line; tests and embedders
+ * can start a server in-process with {@linkcode LockServer.start}.
  *
  * @module
  */
 
 import { DEFAULT_MAX_LEASE_MS } from "../client/codec.ts";
-import { Connection, endBatchSoon, onBatchEnd } from "./conn.ts";
+import { ClusterNode, type ClusterOptions } from "./cluster/node.ts";
+import type { Role } from "./cluster/election.ts";
+import { Connection, endBatchSoon, type LineHandler, onBatchEnd } from "./conn.ts";
 import { LockTable } from "./lock_table.ts";
-import { ClientSession, type SessionContext, type Ticket, ticketHooks } from "./session.ts";
+import {
+  ClientSession,
+  type Gate,
+  type SessionContext,
+  type Ticket,
+  ticketHooks,
+} from "./session.ts";
 import { Ticker } from "./timers.ts";
 import { TokenStore } from "./tokens.ts";
 
@@ -27,10 +36,16 @@ export interface LockServerOptions {
   maxConnections?: number;
   /** Monotonic clock in ms. Default `performance.now`. */
   clock?: () => number;
+  /** Cluster settings (SPEC §4); a single node without them. */
+  cluster?: Omit<ClusterOptions, "tokenBlock">;
+  /** Called on every role change of a cluster node (for logs). */
+  onRole?: (role: Role, description: string) => void;
 }
 
 const TOO_MANY = new TextEncoder().encode("- - E too many connections\n");
 const SHUTDOWN_GRACE_MS = 2000;
+const SERVE: Gate = { kind: "serve" };
+const SHUTTING_DOWN: Gate = { kind: "refuse", reply: "E shutting down" };
 
 /**
  * A running lockd node.
@@ -48,12 +63,15 @@ export class LockServer {
   #table: LockTable<Ticket>;
   #ticker: Ticker;
   #ctx: SessionContext;
+  #cluster: ClusterNode | undefined;
   #maxConnections: number;
   #connections = new Map<Connection, ClientSession>();
+  #parked: { session: ClientSession; line: string }[] = [];
   #stopping = false;
   #exitCode = 0;
   #finished: Promise<number>;
   #finish!: (code: number) => void;
+  #ready: Promise<Role>;
   #detachBatch: () => void;
 
   private constructor(listener: Deno.TcpListener, tokens: TokenStore, options: LockServerOptions) {
@@ -64,21 +82,50 @@ export class LockServer {
     this.#table = new LockTable<Ticket>({
       clock,
       nextToken: () => tokens.next(),
-      hooks: ticketHooks,
+      hooks: {
+        ...ticketHooks,
+        held: (key, token, deadline) => this.#cluster?.held(key, token, deadline),
+        freed: (key, token) => this.#cluster?.freed(key, token),
+      },
     });
     this.#ctx = {
       table: this.#table,
       maxLeaseMs: options.maxLeaseMs ?? DEFAULT_MAX_LEASE_MS,
-      refuse: () => this.#stopping ? "E shutting down" : undefined,
+      gate: () => this.#stopping ? SHUTTING_DOWN : this.#cluster?.gate() ?? SERVE,
+      park: (session, line) => this.#parked.push({ session, line }),
       fatal: (error) => this.#fatal(error),
     };
     this.#ticker = new Ticker(this.#table, {
       clock,
       afterTick: endBatchSoon,
       onError: (error) => this.#fatal(error),
+      canAdvance: () => this.#cluster?.canAdvance() ?? true,
     });
     this.#detachBatch = onBatchEnd(() => this.#ticker.arm());
     this.#finished = new Promise((resolve) => this.#finish = resolve);
+    const { promise: ready, resolve: settled } = Promise.withResolvers<Role>();
+    this.#ready = ready;
+    if (options.cluster !== undefined) {
+      const cluster = new ClusterNode({
+        table: this.#table,
+        tokens,
+        clock,
+        answerQueued: (status) => {
+          for (const session of this.#connections.values()) session.answerQueued(status);
+        },
+        unpark: () => this.#unpark(),
+        resumeTimers: () => {
+          this.#ticker.fire();
+        },
+        roleChanged: (role, description) => {
+          if (role === "active" || role === "standby") settled(role);
+          options.onRole?.(role, description);
+        },
+      }, { ...options.cluster, tokenBlock: tokens.block });
+      this.#cluster = cluster;
+      tokens.onReserve = (mark) => cluster.reserved(mark);
+      cluster.start();
+    } else settled("active");
     this.#acceptLoop();
   }
 
@@ -113,24 +160,35 @@ export class LockServer {
     return this.#table;
   }
 
+  /** Resolves with the first settled role: at once for a single node. */
+  get ready(): Promise<Role> {
+    return this.#ready;
+  }
+
   /** Resolves with the process exit code once the server has stopped. */
   get finished(): Promise<number> {
     return this.#finished;
   }
 
   /**
-   * Graceful stop (SIGINT/SIGTERM): stops accepting, answers queued acquires
-   * `E shutting down`, flushes and closes connections, persists the token mark.
+   * Graceful stop (SIGINT/SIGTERM). A cluster's active first hands over to its successor
+   * and redirects queued acquires to it with `M`; otherwise queued acquires are answered
+   * `E shutting down`. Then connections are flushed and closed and the token mark saved.
    */
   async shutdown(): Promise<void> {
     if (this.#stopping) return void await this.#finished;
+    const handedOver = (await this.#cluster?.leave()) ?? false;
     this.#stopping = true;
     try {
       this.#listener.close();
     } catch {
       // Already closed.
     }
-    for (const session of this.#connections.values()) session.answerQueued("E shutting down");
+    // Requests parked during a handover that did not complete get the same answer.
+    this.#unpark();
+    if (!handedOver) {
+      for (const session of this.#connections.values()) session.answerQueued("E shutting down");
+    }
     for (const conn of this.#connections.keys()) conn.closeAfterFlush();
     endBatchSoon();
     const closing = [...this.#connections.keys()].map((c) => c.done);
@@ -142,6 +200,7 @@ export class LockServer {
     clearTimeout(timer);
     for (const conn of this.#connections.keys()) conn.close();
     await Promise.all(closing);
+    await this.#cluster?.stop();
     this.#ticker.stop();
     this.#detachBatch();
     try {
@@ -151,6 +210,13 @@ export class LockServer {
       this.#exitCode = 1;
     }
     this.#finish(this.#exitCode);
+  }
+
+  #unpark(): void {
+    const parked = this.#parked;
+    this.#parked = [];
+    for (const { session, line } of parked) session.line(line);
+    endBatchSoon();
   }
 
   #fatal(error: Error | unknown): void {
@@ -188,14 +254,29 @@ export class LockServer {
       send: (line) => conn.send(line),
       hold: (units) => conn.hold(units),
     });
-    const conn = new Connection(socket, {
-      line: (text) => session.line(text),
+    let first = true;
+    const client: LineHandler = {
+      line: (text) => {
+        if (first) {
+          first = false;
+          // A peer introduces itself with `PEER 1 <address>` (docs/cluster.md).
+          if (text.startsWith("PEER ") && this.#cluster !== undefined) {
+            this.#connections.delete(conn);
+            const peer = this.#cluster.accept(text.split(" ")[2] ?? "", () => {});
+            if (peer === undefined) conn.close();
+            else conn.handler = peer;
+            return;
+          }
+        }
+        session.line(text);
+      },
       invalid: (text) => session.invalid(text),
       closed: () => {
         session.closed();
         this.#connections.delete(conn);
       },
-    });
+    };
+    const conn = new Connection(socket, client);
     this.#connections.set(conn, session);
   }
 }

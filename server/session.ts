@@ -25,6 +25,12 @@ export interface ReplySink {
 /** Most acquires one connection may have queued at once; more are answered `E`. */
 export const MAX_QUEUED_PER_CONNECTION = 1_000_000;
 
+/** How a request is treated right now: served, parked until the role settles, or refused. */
+export type Gate =
+  | { kind: "serve" }
+  | { kind: "park" }
+  | { kind: "refuse"; reply: string };
+
 /** What the sessions of one server share. */
 export interface SessionContext {
   /** The lock table (its tickets are this module's {@linkcode Ticket}s). */
@@ -32,10 +38,12 @@ export interface SessionContext {
   /** Longest lease a client may ask for, in ms. */
   maxLeaseMs: number;
   /**
-   * When set, this node does not serve requests: returns the reply status and text to give
-   * instead (`M host:port` on a standby, `E no active node`, `E shutting down`).
+   * Whether this node serves requests now; a cluster standby refuses them (`M host:port`,
+   * `E no active node`) and a node handing over parks them. Default: serve.
    */
-  refuse?: () => string | undefined;
+  gate?: () => Gate;
+  /** Keeps a request line to handle again later (see {@linkcode Gate}). */
+  park?: (session: ClientSession, line: string) => void;
   /** A fatal condition (tokens exhausted): the server must stop. */
   fatal(error: Error): void;
 }
@@ -112,15 +120,19 @@ export class ClientSession implements LineHandler {
 
   /** Handles one request line. */
   line(text: string): void {
+    const gate = this.#ctx.gate?.();
+    if (gate?.kind === "park") {
+      this.#ctx.park!(this, text);
+      return;
+    }
     const request = parseRequest(text, { maxLeaseMs: this.#ctx.maxLeaseMs });
     if ("kind" in request) {
       this.#reply(request.op, request.key, `${request.op} ${request.key} E ${request.message}`);
       return;
     }
     const { op, key } = request;
-    const refusal = this.#ctx.refuse?.();
-    if (refusal !== undefined) {
-      this.#reply(op, key, `${op} ${key} ${refusal}`);
+    if (gate?.kind === "refuse") {
+      this.#reply(op, key, `${op} ${key} ${gate.reply}`);
       return;
     }
     const table = this.#ctx.table;

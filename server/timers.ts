@@ -24,6 +24,8 @@ export interface TickerOptions {
   afterTick: () => void;
   /** Called if settling throws (e.g. fencing tokens exhausted). */
   onError: (error: unknown) => void;
+  /** Whether settling may happen now (a cluster node handing over freezes its leases). */
+  canAdvance?: () => boolean;
 }
 
 /**
@@ -53,7 +55,7 @@ export class Ticker {
    * moved earlier: a timer armed for an earlier time stays, and re-arms itself when it fires.
    */
   arm(): void {
-    if (this.#stopped) return;
+    if (this.#stopped || this.#options.canAdvance?.() === false) return;
     const deadline = this.#target.nextDeadline();
     if (deadline === undefined || deadline >= this.#armedFor) return;
     if (this.#timer !== undefined) clearTimeout(this.#timer);
@@ -71,9 +73,16 @@ export class Ticker {
     this.#timer = undefined;
   }
 
+  /** Settles what is due now and re-arms (also after a freeze ends). */
+  fire(): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#fire();
+  }
+
   #fire(): void {
     this.#timer = undefined;
     this.#armedFor = Infinity;
+    if (this.#stopped || this.#options.canAdvance?.() === false) return;
     try {
       this.#target.advance();
     } catch (error) {

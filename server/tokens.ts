@@ -64,6 +64,11 @@ export class TokenStore {
   #durable: bigint;
   #writing: Promise<void> | null = null;
   #closed = false;
+  /**
+   * Called with the new mark whenever a block is reserved, before any token of that block
+   * is issued (a cluster's active announces it to its standbys).
+   */
+  onReserve: ((mark: bigint) => void) | undefined = undefined;
 
   private constructor(dir: string, lockFile: Deno.FsFile, stored: bigint, block: bigint) {
     this.#dir = dir;
@@ -117,6 +122,11 @@ export class TokenStore {
       lockFile.close();
       throw error;
     }
+  }
+
+  /** Tokens reserved per disk write. */
+  get block(): bigint {
+    return this.#block;
   }
 
   /** The last token issued (or the stored mark, before the first grant). */
@@ -175,6 +185,7 @@ export class TokenStore {
 
   #reserveSync(target: bigint): void {
     const mark = target > MAX_TOKEN ? MAX_TOKEN : target;
+    this.onReserve?.(mark);
     this.#write(mark, "tmp-sync");
     this.#durable = mark;
   }
@@ -182,6 +193,7 @@ export class TokenStore {
   #reserveAsync(target: bigint): void {
     const mark = target > MAX_TOKEN ? MAX_TOKEN : target;
     if (mark <= this.#durable) return;
+    this.onReserve?.(mark);
     const tmp = join(this.#dir, `${FILE}.tmp-async`);
     this.#writing = writeDurably(tmp, mark).then(() => {
       // Renames happen on this thread, in order: a later synchronous write is never undone.

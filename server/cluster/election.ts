@@ -1,0 +1,121 @@
+/**
+ * Who should be active (SPEC §4), as a pure function of what one node knows: its own state
+ * and the last heartbeat of each live peer. Priority promotion without quorum:
+ *
+ * - Among live nodes, the highest-priority one that is in sync becomes active (or the
+ *   highest-priority live node at all when none is in sync, e.g. a cold start).
+ * - A standby follows the highest-priority live node that claims to be active.
+ * - An active that sees a higher-priority active steps down and hands its state over
+ *   (demotion); an active that sees a higher-priority standby in sync with it hands over
+ *   (failback). Handovers always go from lower to higher priority, so they cannot loop.
+ *
+ * @module
+ */
+
+/** A node's role, as heartbeats announce it. */
+export type Role = "starting" | "standby" | "active" | "handing-off" | "leaving";
+
+/** What a node knows of one live peer (from its last heartbeat). */
+export interface PeerView {
+  /** The peer's address (its `--peers` entry). */
+  address: string;
+  /** Position in `--peers`: 0 is the highest priority. */
+  priority: number;
+  /** Its announced role. */
+  role: Role;
+  /** Whether it is a standby in sync with the active node it follows. */
+  synced: boolean;
+  /** The activation it is in sync with (a standby) or its own (an active), if any. */
+  activation: string | undefined;
+}
+
+/** What a node knows of itself. */
+export interface SelfView {
+  /** Its address. */
+  address: string;
+  /** Its priority. */
+  priority: number;
+  /** Its role. */
+  role: Role;
+  /** Whether it is in sync with the active it follows (standby) or would be a safe choice. */
+  synced: boolean;
+  /** Its own activation id while active. */
+  activation: string | undefined;
+  /** Milliseconds since it last heard a live active (or since it started). */
+  sinceActiveMs: number;
+}
+
+/** What to do now. */
+export type Decision =
+  | { kind: "none" }
+  | { kind: "follow"; address: string }
+  | { kind: "promote" }
+  | { kind: "hand-over"; address: string; merge: boolean };
+
+/**
+ * Decides the next step of one node from its own view and its live peers' heartbeats.
+ *
+ * @param self This node.
+ * @param peers Peers heard from within the failover timeout.
+ * @param failoverTimeoutMs Silence after which an active counts as gone.
+ * @returns The step to take; `none` keeps the current role.
+ *
+ * @example A standby whose active went silent promotes if it ranks first
+ * ```ts
+ * import { decide } from "./election.ts";
+ * decide(
+ *   { address: "b", priority: 1, role: "standby", synced: true, activation: undefined, sinceActiveMs: 1200 },
+ *   [{ address: "c", priority: 2, role: "standby", synced: true, activation: "x" }],
+ *   1000,
+ * ); // { kind: "promote" }
+ * ```
+ */
+export function decide(
+  self: SelfView,
+  peers: readonly PeerView[],
+  failoverTimeoutMs: number,
+): Decision {
+  const actives = peers.filter((p) => p.role === "active").sort((a, b) => a.priority - b.priority);
+  if (self.role === "active") {
+    const higherActive = actives.find((p) => p.priority < self.priority);
+    if (higherActive) return { kind: "hand-over", address: higherActive.address, merge: true };
+    const heir = peers
+      .filter((p) =>
+        p.priority < self.priority && p.role === "standby" && p.synced &&
+        p.activation === self.activation
+      )
+      .sort((a, b) => a.priority - b.priority)[0];
+    if (heir) return { kind: "hand-over", address: heir.address, merge: false };
+    return { kind: "none" };
+  }
+  if (self.role !== "standby" && self.role !== "starting") return { kind: "none" };
+  if (actives.length > 0) return { kind: "follow", address: actives[0].address };
+  if (self.sinceActiveMs < failoverTimeoutMs) return { kind: "none" };
+  // Nobody is active: the highest-priority live node in sync takes over; if nobody is in
+  // sync (a cold start, or every replica lost its stream), the highest-priority live node.
+  const candidates = [
+    { priority: self.priority, synced: self.synced, busy: false },
+    ...peers.map((p) => ({
+      priority: p.priority,
+      synced: p.synced,
+      busy: p.role === "handing-off" || p.role === "leaving",
+    })),
+  ].filter((c) => !c.busy);
+  const anySynced = candidates.some((c) => c.synced);
+  const eligible = candidates.filter((c) => c.synced || !anySynced);
+  const best = Math.min(...eligible.map((c) => c.priority));
+  return eligible.some((c) => c.priority === self.priority) && best === self.priority
+    ? { kind: "promote" }
+    : { kind: "none" };
+}
+
+/** Choose the node to hand over to on a graceful stop: the best live standby, in sync first. */
+export function successor(self: SelfView, peers: readonly PeerView[]): PeerView | undefined {
+  return peers
+    .filter((p) => p.role === "standby" || p.role === "starting")
+    .sort((a, b) => {
+      const aSynced = a.synced && a.activation === self.activation;
+      const bSynced = b.synced && b.activation === self.activation;
+      return aSynced === bSynced ? a.priority - b.priority : aSynced ? -1 : 1;
+    })[0];
+}
