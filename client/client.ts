@@ -19,7 +19,28 @@ import {
 import { HeldLock, type Lock, type LockOwner } from "./lock.ts";
 import { type Address, type Connect, connectTransport, parseAddress } from "./transport.ts";
 
-/** Options of {@linkcode LockClient}. Durations here are milliseconds, as their names say. */
+/** What the package's own modules (the bridge) may do with a client beyond its public API. */
+export interface ClientInternals {
+  /** Sends one request line with the client's retry rules; resolves with the final reply. */
+  exchange(op: string, key: string, line: string): Promise<Reply>;
+  /** Releases a grant with the release retry of SPEC §3. */
+  release(key: string, token: bigint): Promise<void>;
+}
+
+/** Internal access to clients, for the bridge (not exported from the package entry). */
+export const clientInternals: WeakMap<LockClient, ClientInternals> = new WeakMap();
+
+/**
+ * Options of {@linkcode LockClient}. Durations here are milliseconds, as their names say.
+ *
+ * @example A client that reconnects faster and renews every lock by default
+ * ```ts
+ * import { LockClient, type LockClientOptions } from "@lockd/client";
+ * const options: LockClientOptions = { reconnectIntervalMs: 1000, autoExtend: true };
+ * const client = new LockClient(["10.0.0.1:7321", "10.0.0.2:7321"], options);
+ * await client.close();
+ * ```
+ */
 export interface LockClientOptions {
   /** Pause between background reconnection attempts of a dropped connection. Default 3000 ms. */
   reconnectIntervalMs?: number;
@@ -35,13 +56,31 @@ export interface LockClientOptions {
   releaseRetryMs?: number;
   /** Pause between release attempts. Default 200 ms. */
   releaseRetryIntervalMs?: number;
+  /**
+   * A connection with requests outstanding that receives nothing (not even the answer to a
+   * `?` probe sent after a third of this) for this long is dropped, and its requests move
+   * to the next connection: a frozen or unreachable node. Default 3000 ms.
+   */
+  staleConnectionMs?: number;
   /** Default of {@linkcode AcquireOptions.autoExtend} for every acquire. Default `false`. */
   autoExtend?: boolean;
   /** Opens connections; replaces TCP/WebSocket (for tests, or custom transports). */
   connect?: Connect;
 }
 
-/** Options of {@linkcode LockClient.acquire}. Durations here are seconds. */
+/**
+ * Options of {@linkcode LockClient.acquire}. Durations here are seconds.
+ *
+ * @example Acquire with a 10 s lease, queueing at most 2.5 s, abortable
+ * ```ts
+ * import { type AcquireOptions, LockClient } from "@lockd/client";
+ * const client = new LockClient("127.0.0.1:7321");
+ * const options: AcquireOptions = { lease: 10, wait: 2.5, signal: AbortSignal.timeout(5000) };
+ * const lock = await client.acquire("orders:17", options);
+ * await lock.release();
+ * await client.close();
+ * ```
+ */
 export interface AcquireOptions {
   /** Lease in seconds (> 0, fractions allowed): the server frees the lock after it. Default 30. */
   lease?: number;
@@ -53,7 +92,19 @@ export interface AcquireOptions {
   autoExtend?: boolean;
 }
 
-/** Options of {@linkcode LockClient.tryAcquire}. */
+/**
+ * Options of {@linkcode LockClient.tryAcquire}: those of an acquire, without `wait`.
+ *
+ * @example Try once, with a 5 s lease renewed while held
+ * ```ts
+ * import { LockClient, type TryAcquireOptions } from "@lockd/client";
+ * const client = new LockClient("127.0.0.1:7321");
+ * const options: TryAcquireOptions = { lease: 5, autoExtend: true };
+ * const lock = await client.tryAcquire("reports", options);
+ * await lock?.release();
+ * await client.close();
+ * ```
+ */
 export type TryAcquireOptions = Omit<AcquireOptions, "wait">;
 
 /** Which `E` replies mean "try again soon" rather than "your request is wrong". */
@@ -147,9 +198,27 @@ export class LockClient implements AsyncDisposable {
     const list = typeof servers === "string" ? [servers] : [...servers];
     if (list.length === 0) throw new TypeError("LockClient needs at least one server address");
     const addresses = new Map<string, Address>();
+    // WebSocket connections carry this client's id, so a bridge treats them as one client:
+    // a grant taken on one can be released on the other.
+    const id = crypto.randomUUID();
     for (const text of list) {
       const address = parseAddress(text);
+      if (address.url !== undefined) {
+        const url = new URL(address.url);
+        url.searchParams.set("client", id);
+        address.url = url.href;
+      }
       addresses.set(address.key, address);
+    }
+    for (const [name, value] of Object.entries(options)) {
+      if (
+        name.endsWith("Ms") && value !== undefined &&
+        !(typeof value === "number" && value > 0 && Number.isFinite(value))
+      ) {
+        throw new TypeError(
+          `${name} must be a positive number of milliseconds, got ${String(value)}`,
+        );
+      }
     }
     this.#options = {
       reconnectIntervalMs: options.reconnectIntervalMs ?? 3000,
@@ -157,6 +226,7 @@ export class LockClient implements AsyncDisposable {
       retryTimeoutMs: options.retryTimeoutMs ?? 10_000,
       releaseRetryMs: options.releaseRetryMs ?? 5000,
       releaseRetryIntervalMs: options.releaseRetryIntervalMs ?? 200,
+      staleConnectionMs: options.staleConnectionMs ?? 3000,
       autoExtend: options.autoExtend ?? false,
       connect: options.connect ?? connectTransport,
     };
@@ -168,6 +238,10 @@ export class LockClient implements AsyncDisposable {
       forget: (lock) => this.#locks.delete(lock),
     };
     for (const slot of this.#slots) slot.connect();
+    clientInternals.set(this, {
+      exchange: (op, key, line) => this.#exchange(op, key, () => line),
+      release: (key, token) => this.#release(key, token),
+    });
   }
 
   /** Number of managed connections (two for a single address). */
@@ -191,8 +265,24 @@ export class LockClient implements AsyncDisposable {
    * @throws {LockRejectedError} The server refused it (`E`), e.g. a lease above its limit.
    * @throws {LockAbortedError} `signal` fired first; a later grant is released at once.
    * @throws {TypeError} For an invalid key, lease or wait (nothing is sent).
+   *
+   * @example Wait up to 5 s for a 30 s lease
+   * ```ts
+   * import { LockClient, LockTimeoutError } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * try {
+   *   const lock = await client.acquire("orders:17", { lease: 30, wait: 5 });
+   *   console.log(lock.token); // e.g. 1042n
+   *   await lock.release();
+   * } catch (error) {
+   *   if (!(error instanceof LockTimeoutError)) throw error;
+   * } finally {
+   *   await client.close();
+   * }
+   * ```
    */
-  acquire(key: string, options: AcquireOptions = {}): Promise<Lock> {
+  acquire(key: string, options: AcquireOptions | undefined = {}): Promise<Lock> {
+    options ??= {};
     if (this.#closed !== undefined) return Promise.reject(new LockError("The client is closed"));
     try {
       checkKey(key);
@@ -211,6 +301,16 @@ export class LockClient implements AsyncDisposable {
    * @throws {LockUnavailableError} No connection could carry the request.
    * @throws {LockRejectedError} The server refused it (`E`).
    * @throws {LockAbortedError} `signal` fired first.
+   *
+   * @example Skip the work if someone else is doing it
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * const lock = await client.tryAcquire("nightly-report", { lease: 60 });
+   * if (lock === null) console.log("already running elsewhere");
+   * else await lock.release();
+   * await client.close();
+   * ```
    */
   async tryAcquire(key: string, options: TryAcquireOptions = {}): Promise<Lock | null> {
     try {
@@ -222,17 +322,41 @@ export class LockClient implements AsyncDisposable {
   }
 
   /**
-   * Runs `fn` while holding `key`, and releases it afterwards, whatever `fn` does.
+   * Runs `fn` while holding `key` (acquired with the default lease and wait), and releases
+   * it afterwards, whatever `fn` does.
    *
    * @returns What `fn` returns.
    * @throws Whatever {@linkcode acquire} or `fn` throws.
+   *
+   * @example Run a job under a lock
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * const total = await client.withLock("ledger", async (lock) => {
+   *   console.log(`token ${lock.token}`);
+   *   return 42;
+   * });
+   * await client.close();
+   * ```
    */
   withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>): Promise<T>;
   /**
-   * Runs `fn` while holding `key` (acquired with `options`), then releases it.
+   * Runs `fn` while holding `key` (acquired with `options`), then releases it. If the work
+   * succeeded but no node confirms the release within 5 s, the result is still returned (the
+   * lease frees the lock).
    *
    * @returns What `fn` returns.
    * @throws Whatever {@linkcode acquire} or `fn` throws.
+   *
+   * @example Hold "k" for at most 10 s while working
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * await client.withLock("k", { lease: 10, wait: 5 }, async (lock) => {
+   *   if (lock.signal.aborted) return; // lost: stop touching the resource
+   * });
+   * await client.close();
+   * ```
    */
   withLock<T>(
     key: string,
@@ -255,14 +379,26 @@ export class LockClient implements AsyncDisposable {
       await lock.release().catch(() => {}); // fn's error matters more; the lease covers.
       throw error;
     }
-    await lock.release();
+    // The work is done: if the release cannot be confirmed (no node reachable for 5 s), the
+    // lease frees the lock; the caller keeps its result.
+    await lock.release().catch((error) => {
+      if (!(error instanceof LockUnavailableError)) throw error;
+    });
     return result;
   }
 
   /**
    * Releases every held lock (one attempt each, at most about a second in all), then closes
    * every connection and timer. Requests still outstanding reject with a
-   * {@linkcode LockError}. Calling it again returns the same promise.
+   * {@linkcode LockError}, and a grant that arrives meanwhile is released. Calling it again
+   * returns the same promise. Never rejects.
+   *
+   * @example Close at shutdown
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * Deno.addSignalListener("SIGTERM", () => client.close());
+   * ```
    */
   close(): Promise<void> {
     this.#closed ??= this.#close();
@@ -292,6 +428,7 @@ export class LockClient implements AsyncDisposable {
       connectTimeoutMs: this.#options.connectTimeoutMs,
       closed: this.#closing.signal,
       roundTrip: (ms) => this.#latency = Math.max(ms, this.#latency * 0.9),
+      staleAfterMs: this.#options.staleConnectionMs,
     });
     this.#slots.push(slot);
     return slot;
@@ -335,7 +472,8 @@ export class LockClient implements AsyncDisposable {
           autoExtend,
         });
         this.#locks.add(lock);
-        if (this.#closing.signal.aborted) {
+        if (this.#closed !== undefined) {
+          // close() began while this was in flight: nothing may stay held.
           this.#track(lock.release());
           throw new LockError("The client is closed");
         }
@@ -344,15 +482,31 @@ export class LockClient implements AsyncDisposable {
       if (reply.status === "T") throw new LockTimeoutError(key, waitMs / 1000);
       throw this.#unexpected(reply);
     };
-    if (signal === undefined) return settle(await exchange);
     return await new Promise<Lock>((resolve, reject) => {
-      const onAbort = () => {
-        attempt.abandoned = true;
-        reject(new LockAbortedError(key, signal.reason));
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const cleanup = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
       };
-      signal.addEventListener("abort", onAbort, { once: true });
+      const giveUp = (error: Error) => {
+        if (attempt.abandoned) return;
+        attempt.abandoned = true;
+        cleanup();
+        reject(error);
+      };
+      const onAbort = () => giveUp(new LockAbortedError(key, signal!.reason));
+      signal?.addEventListener("abort", onAbort, { once: true });
+      if (waitMs > 0) {
+        // The server answers T once the wait is over; but its reply can be held back behind
+        // an earlier acquire of the same key on the same connection (SPEC §2 ordering), and
+        // a node can go silent. The caller's wait bounds the call either way.
+        timer = setTimeout(
+          () => giveUp(new LockTimeoutError(key, waitMs / 1000)),
+          waitMs + 1000 + 2 * this.#latency,
+        );
+      }
       this.#track(exchange.then((reply) => {
-        signal.removeEventListener("abort", onAbort);
+        cleanup();
         if (attempt.abandoned) {
           // The caller gave up: a grant that arrives now is released at once.
           if (reply.status === "A") this.#track(this.#release(key, reply.token!));
@@ -364,7 +518,7 @@ export class LockClient implements AsyncDisposable {
           reject(error);
         }
       }, (error) => {
-        signal.removeEventListener("abort", onAbort);
+        cleanup();
         if (!attempt.abandoned) reject(error);
       }));
     });
@@ -385,7 +539,11 @@ export class LockClient implements AsyncDisposable {
     const until = performance.now() + this.#options.releaseRetryMs;
     for (;;) {
       try {
-        const reply = await this.#exchange("R", key, () => `R ${key} ${token}`);
+        const reply = await this.#within(
+          until - performance.now(),
+          this.#exchange("R", key, () => `R ${key} ${token}`),
+          () => new LockUnavailableError(`Release of "${key}" not confirmed in time`),
+        );
         if (reply.status === "R" || reply.status === "N") return;
         throw this.#unexpected(reply);
       } catch (error) {
@@ -397,17 +555,34 @@ export class LockClient implements AsyncDisposable {
     }
   }
 
+  /** `promise`, or `late()` after `ms` (the promise then finishes in the background). */
+  #within<T>(ms: number, promise: Promise<T>, late: () => Error): Promise<T> {
+    this.#track(promise);
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(() => reject(late()), Math.max(0, ms));
+      promise.then(resolve, reject).finally(() => clearTimeout(timer));
+    });
+  }
+
   #unexpected(reply: Reply): LockError {
     if (reply.status === "E") return new LockRejectedError(reply.op, reply.key, reply.text ?? "");
     return new LockError(`Unexpected reply to ${reply.op} "${reply.key}": ${reply.status}`);
   }
 
-  /** Connections usable now, those of the known active node first. */
-  #pick(): Slot | undefined {
+  /**
+   * The next connection, round-robin over those usable now: those of the known active node
+   * first and, for an acquire, those without an earlier acquire of the same key outstanding
+   * (the server answers those in order, so a try-lock would wait behind a long wait).
+   */
+  #pick(op: string, key: string): Slot | undefined {
     const up = this.#slots.filter((s) => s.up);
     if (up.length === 0) return undefined;
     const preferred = up.filter((s) => s.address.key === this.#active);
-    const pool = preferred.length > 0 ? preferred : up;
+    let pool = preferred.length > 0 ? preferred : up;
+    if (op === "A" && pool.length > 1) {
+      const free = pool.filter((s) => !s.outstanding(op, key));
+      if (free.length > 0) pool = free;
+    }
     return pool[this.#next++ % pool.length];
   }
 
@@ -458,7 +633,7 @@ export class LockClient implements AsyncDisposable {
     for (;;) {
       if (closed.aborted) throw new LockError("The client is closed");
       if (attempt?.abandoned) throw new LockError("Abandoned");
-      let slot = target ?? this.#pick();
+      let slot = target ?? this.#pick(op, key);
       target = undefined;
       if (slot !== undefined && !slot.up && !(await slot.connect())) {
         // A redirect to a node that is down: the cluster is failing over. Ask again soon.
@@ -469,7 +644,8 @@ export class LockClient implements AsyncDisposable {
       }
       slot ??= await this.#anyUp();
       if (slot === undefined) {
-        lastProblem = "no node could be reached";
+        const reasons = [...new Set(this.#slots.map((s) => s.lastError).filter((e) => e))];
+        lastProblem = reasons.length > 0 ? reasons.join("; ") : "no node could be reached";
         if (++failures >= this.#slots.length) throw unavailable();
         continue;
       }
@@ -501,6 +677,7 @@ export class LockClient implements AsyncDisposable {
         await pause();
         continue;
       }
+      this.#active = slot.address.key; // It served the request: prefer it from now on.
       return reply;
     }
   }

@@ -36,6 +36,12 @@ export interface SlotOptions {
   closed: AbortSignal;
   /** Reports a measured round trip (connect, release, extend), in ms. */
   roundTrip(ms: number): void;
+  /**
+   * A connection with requests outstanding that receives nothing for this long is dropped
+   * (a frozen or unreachable node), so its requests move on. It is probed with `?` after a
+   * third of it. In ms.
+   */
+  staleAfterMs: number;
 }
 
 /** A connection to one address that comes back by itself. */
@@ -48,6 +54,10 @@ export class Slot {
   #pending = new Map<string, Pending[]>();
   #reconnectTimer: ReturnType<typeof setTimeout> | undefined;
   #lastError: string | undefined;
+  /** Outstanding requests (pings included). */
+  #outstanding = 0;
+  #lastReceived = 0;
+  #watchTimer: ReturnType<typeof setTimeout> | undefined;
 
   /** @param address Where to connect. @param options Shared settings. */
   constructor(address: Address, options: SlotOptions) {
@@ -59,6 +69,16 @@ export class Slot {
   /** Whether requests can be sent now. */
   get up(): boolean {
     return this.#transport !== undefined;
+  }
+
+  /** Why the last attempt failed or the connection was lost, if it did. */
+  get lastError(): string | undefined {
+    return this.#lastError;
+  }
+
+  /** Whether a request with this (op, key) is outstanding here. */
+  outstanding(op: string, key: string): boolean {
+    return this.#pending.has(`${op} ${key}`);
   }
 
   /** Whether an attempt to connect is under way. */
@@ -85,8 +105,14 @@ export class Slot {
   request(op: string, key: string, line: string): Promise<Reply> {
     const transport = this.#transport;
     if (transport === undefined) return Promise.reject(new ConnectionLost(this.address.key));
-    return new Promise<Reply>((done, reject) => {
+    return new Promise<Reply>((settled, reject) => {
       const id = `${op} ${key}`;
+      this.#outstanding++;
+      this.#watch();
+      const done = (reply: Reply) => {
+        this.#outstanding--;
+        settled(reply);
+      };
       let resolve = done;
       if (op !== "A") {
         // Pings, releases and extends are answered at once: their round trip bounds latency.
@@ -135,6 +161,7 @@ export class Slot {
       }
       this.#transport = transport;
       this.#lastError = undefined;
+      this.#lastReceived = performance.now();
       this.#ping();
       return true;
     } catch (error) {
@@ -156,9 +183,34 @@ export class Slot {
     this.request("?", "-", "?").catch(() => {});
   }
 
+  /** Keeps an eye on a connection while requests are outstanding on it. */
+  #watch(): void {
+    if (this.#watchTimer !== undefined || this.#outstanding === 0) return;
+    const probeMs = this.#options.staleAfterMs / 3;
+    this.#watchTimer = setTimeout(() => {
+      this.#watchTimer = undefined;
+      const transport = this.#transport;
+      if (transport === undefined || this.#outstanding === 0) return;
+      const silentMs = performance.now() - this.#lastReceived;
+      if (silentMs >= this.#options.staleAfterMs) {
+        this.#lastError = `no reply for ${Math.round(silentMs)} ms`;
+        transport.close(); // Reported as lost: its requests move to other connections.
+        return;
+      }
+      if (silentMs >= probeMs) this.#ping();
+      this.#watch();
+    }, probeMs);
+  }
+
   #reply(text: string): void {
+    this.#lastReceived = performance.now();
     const reply = parseReply(text);
-    if (reply === undefined) return; // Not a reply of SPEC §2: nothing to match.
+    if (reply === undefined) {
+      // Not a reply of SPEC §2: this stream cannot be trusted to match replies any more.
+      this.#lastError = `malformed reply ${JSON.stringify(text.slice(0, 100))}`;
+      this.#transport?.close();
+      return;
+    }
     const queue = this.#pending.get(`${reply.op} ${reply.key}`);
     const pending = queue?.shift();
     if (pending === undefined) {
@@ -173,9 +225,7 @@ export class Slot {
   #lost(transport: Transport): void {
     if (this.#transport !== transport) return;
     this.#transport = undefined;
-    const pending = [...this.#pending.values()].flat();
-    this.#pending.clear();
-    for (const p of pending) p.reject(new ConnectionLost(this.address.key, this.#lastError));
+    this.#failAll(this.#lastError);
     this.#scheduleReconnect();
   }
 
@@ -193,8 +243,15 @@ export class Slot {
     const transport = this.#transport;
     this.#transport = undefined;
     transport?.close();
+    this.#failAll("client closed");
+  }
+
+  #failAll(detail: string | undefined): void {
+    clearTimeout(this.#watchTimer);
+    this.#watchTimer = undefined;
+    this.#outstanding = 0;
     const pending = [...this.#pending.values()].flat();
     this.#pending.clear();
-    for (const p of pending) p.reject(new ConnectionLost(this.address.key, "client closed"));
+    for (const p of pending) p.reject(new ConnectionLost(this.address.key, detail));
   }
 }

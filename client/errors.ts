@@ -103,6 +103,10 @@ export class LockUnavailableError extends LockError {
 export class LockRejectedError extends LockError {
   /** The server's message (the text after `E`). */
   readonly serverMessage: string;
+  /** The request's op (`A`, `R` or `X`). */
+  readonly op: string;
+  /** The key. */
+  readonly key: string;
   /**
    * Creates the error.
    *
@@ -114,6 +118,8 @@ export class LockRejectedError extends LockError {
     super(`lockd rejected ${op} "${key}": ${serverMessage}`);
     this.name = "LockRejectedError";
     this.serverMessage = serverMessage;
+    this.op = op;
+    this.key = key;
   }
 }
 
@@ -161,6 +167,8 @@ export class LockLostError extends LockError {
  * ```
  */
 export class LockAbortedError extends LockError {
+  /** The key of the aborted acquire. */
+  readonly key: string;
   /**
    * Creates the error.
    *
@@ -170,5 +178,6 @@ export class LockAbortedError extends LockError {
   constructor(key: string, reason: unknown) {
     super(`Acquire of "${key}" was aborted`, { cause: reason });
     this.name = "AbortError";
+    this.key = key;
   }
 }

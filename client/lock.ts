@@ -84,6 +84,16 @@ export interface Lock extends AsyncDisposable {
    * @throws {LockUnavailableError} No connection could carry the request.
    * @throws {LockRejectedError} The server refused it (e.g. above its `--max-lease`).
    * @throws {TypeError} For a lease that is not a positive number, or after `release()`.
+   *
+   * @example Keep a lock for another minute
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * const lock = await client.acquire("batch", { lease: 60 });
+   * await lock.extend(60); // 60 s from now
+   * await lock.release();
+   * await client.close();
+   * ```
    */
   extend(lease?: number): Promise<void>;
   /**
@@ -93,6 +103,19 @@ export interface Lock extends AsyncDisposable {
    *
    * @throws {LockUnavailableError} If no node could be reached for 5 s (the lease will
    * free the lock).
+   *
+   * @example Release in a finally block
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * const lock = await client.acquire("k");
+   * try {
+   *   // ... work ...
+   * } finally {
+   *   await lock.release();
+   *   await client.close();
+   * }
+   * ```
    */
   release(): Promise<void>;
 }
@@ -183,11 +206,15 @@ export class HeldLock implements Lock {
     return this.release();
   }
 
-  /** Marks the lock lost: `signal` fires with a {@linkcode LockLostError}. Internal. */
-  lose(why: string): void {
+  /**
+   * Marks the lock lost: `signal` fires with a {@linkcode LockLostError}. A lock only
+   * suspected lost (`known` false: its lease may have run out) stays with the client, so
+   * `close()` still releases it if the server holds it after all. Internal.
+   */
+  lose(why: string, known = true): void {
     this.#stopTimers();
     if (!this.#controller.signal.aborted) {
-      this.#owner.forget(this);
+      if (known) this.#owner.forget(this);
       this.#controller.abort(new LockLostError(this.key, this.token, why));
     }
   }
@@ -219,7 +246,7 @@ export class HeldLock implements Lock {
     this.#expiryTimer = fireIn > MAX_DELAY_MS
       ? setTimeout(() => this.#schedule(), MAX_DELAY_MS)
       : setTimeout(
-        () => this.lose("its lease ran out before a renewal was confirmed"),
+        () => this.lose("its lease ran out before a renewal was confirmed", false),
         Math.max(0, fireIn),
       );
     // Renew once a third of the lease has gone, counted from its estimated start.

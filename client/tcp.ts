@@ -10,18 +10,41 @@ import type { Address, Transport, TransportHandlers } from "./transport.ts";
 
 const encoder = new TextEncoder();
 
+/** The part of a Deno TCP connection this transport uses (typed here, so the client's type
+ * graph needs no Deno types and checks with DOM-only libraries). */
+interface TcpConn {
+  read(buffer: Uint8Array): Promise<number | null>;
+  write(data: Uint8Array): Promise<number>;
+  close(): void;
+  setNoDelay(noDelay?: boolean): void;
+}
+
+interface DenoNet {
+  connect(options: { hostname: string; port: number; signal?: AbortSignal }): Promise<TcpConn>;
+}
+
+function denoNet(): DenoNet {
+  const runtime = (globalThis as { Deno?: DenoNet }).Deno;
+  if (runtime === undefined) {
+    throw new Error(
+      "TCP addresses need Deno; in a browser or other runtime use the WebSocket bridge (ws:// or wss://)",
+    );
+  }
+  return runtime;
+}
+
 /**
  * Connects to a lockd node over TCP. Lines sent in one turn of the event loop go out in one
  * write; received bytes are split into lines.
  *
- * @throws {Deno.errors.ConnectionRefused} And the other errors of `Deno.connect`.
+ * @throws {Error} Outside Deno; and the errors of `Deno.connect` (e.g. connection refused).
  */
 export async function connectTcp(
   address: Address,
   handlers: TransportHandlers,
   signal: AbortSignal,
 ): Promise<Transport> {
-  const conn = await Deno.connect({ hostname: address.hostname, port: address.port, signal });
+  const conn = await denoNet().connect({ hostname: address.hostname, port: address.port, signal });
   if (signal.aborted) {
     conn.close();
     throw signal.reason;
@@ -35,13 +58,13 @@ export async function connectTcp(
 }
 
 class TcpTransport implements Transport {
-  #conn: Deno.TcpConn;
+  #conn: TcpConn;
   #handlers: TransportHandlers;
   #out: string[] = [];
   #writing = false;
   #closed = false;
 
-  constructor(conn: Deno.TcpConn, handlers: TransportHandlers) {
+  constructor(conn: TcpConn, handlers: TransportHandlers) {
     this.#conn = conn;
     this.#handlers = handlers;
     this.#read();

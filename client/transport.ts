@@ -9,7 +9,24 @@
 /** Default lockd port, used when an address has none. */
 export const DEFAULT_PORT = 7321;
 
-/** An open connection to a lockd node (or a bridge). */
+/**
+ * An open connection to a lockd node (or a bridge), as a custom {@linkcode Connect} returns
+ * it.
+ *
+ * @example A transport that logs what it sends
+ * ```ts
+ * import type { Transport } from "@lockd/client";
+ * function logging(inner: Transport): Transport {
+ *   return {
+ *     send(line) {
+ *       console.log(">", line);
+ *       inner.send(line);
+ *     },
+ *     close: () => inner.close(),
+ *   };
+ * }
+ * ```
+ */
 export interface Transport {
   /** Sends one line (without `\n`). Lines sent in one turn may be batched into one write. */
   send(line: string): void;
@@ -17,7 +34,18 @@ export interface Transport {
   close(): void;
 }
 
-/** What a transport reports. */
+/**
+ * What a transport reports to the client: each received line, and the end.
+ *
+ * @example Handlers that print
+ * ```ts
+ * import type { TransportHandlers } from "@lockd/client";
+ * const handlers: TransportHandlers = {
+ *   line: (text) => console.log("<", text),
+ *   closed: () => console.log("closed"),
+ * };
+ * ```
+ */
 export interface TransportHandlers {
   /** One received line, without its line ending. */
   line(text: string): void;
@@ -25,14 +53,39 @@ export interface TransportHandlers {
   closed(): void;
 }
 
-/** Opens a transport to `address`; rejects if it cannot connect. */
+/**
+ * Opens a transport to `address`; rejects if it cannot connect. Give one to
+ * `LockClient` (`connect` option) to carry the protocol over something else.
+ *
+ * @example Wrap the default TCP/WebSocket connector
+ * ```ts
+ * import { type Connect, LockClient } from "@lockd/client";
+ * import { connectTransport } from "./transport.ts";
+ * const connect: Connect = (address, handlers, signal) => {
+ *   console.log("connecting to", address.key);
+ *   return connectTransport(address, handlers, signal);
+ * };
+ * const client = new LockClient("127.0.0.1:7321", { connect });
+ * await client.close();
+ * ```
+ */
 export type Connect = (
   address: Address,
   handlers: TransportHandlers,
   signal: AbortSignal,
 ) => Promise<Transport>;
 
-/** A parsed lockd address. */
+/**
+ * A parsed lockd address, as a custom {@linkcode Connect} receives it. A TCP address without
+ * a port uses 7321.
+ *
+ * @example The parts of an address
+ * ```ts
+ * import { parseAddress } from "./transport.ts";
+ * const address = parseAddress("tcp://10.0.0.1:7000");
+ * console.log(address.scheme, address.hostname, address.port, address.key); // tcp 10.0.0.1 7000 10.0.0.1:7000
+ * ```
+ */
 export interface Address {
   /** `tcp`, `ws` or `wss`. */
   scheme: "tcp" | "ws" | "wss";

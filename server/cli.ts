@@ -46,6 +46,10 @@ export interface Config {
   maxConnections: number;
   /** WebSocket bridge address, if any. */
   bridge: HostPort | undefined;
+  /** Origins allowed to use the bridge (`undefined`: same host only). */
+  bridgeOrigins: string[] | undefined;
+  /** Serve the browser demo page and client bundle on the bridge. */
+  bridgeDemo: boolean;
   /** Peer heartbeat interval, in ms. */
   heartbeatMs: number;
   /** Silence after which a peer counts as dead, in ms. */
@@ -117,6 +121,13 @@ const FLAGS: Flag[] = [
       "Default: off.",
   },
   {
+    name: "bridge-origins",
+    env: "LOCKD_BRIDGE_ORIGINS",
+    value: "ORIGIN,...",
+    help: "Origins (https://app.example.com) whose pages may use the bridge.\n" +
+      "Default: only pages served from the bridge's own host.",
+  },
+  {
     name: "heartbeat",
     env: "LOCKD_HEARTBEAT",
     value: "SECONDS",
@@ -169,6 +180,10 @@ DESCRIPTION
 
 OPTIONS
 ${optionsHelp()}
+
+    --bridge-demo
+            Serve the browser demo page at / and the client bundle at
+            /client.js on the bridge. Environment: LOCKD_BRIDGE_DEMO=1.
 
     -h, --help
             Show this page and exit.
@@ -243,6 +258,7 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
   const options: Record<string, { type: "string" | "boolean"; short?: string }> = {
     help: { type: "boolean", short: "h" },
     version: { type: "boolean", short: "V" },
+    "bridge-demo": { type: "boolean" },
   };
   for (const f of FLAGS) options[f.name] = { type: "string" };
   let values: Record<string, string | boolean | undefined>;
@@ -299,6 +315,8 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
     maxLeaseMs: positiveSeconds(get("max-lease")!, source["max-lease"]),
     maxConnections: Number(maxConnectionsText),
     bridge: bridgeText === undefined ? undefined : parseHostPort(bridgeText, source.bridge),
+    bridgeOrigins: get("bridge-origins")?.split(",").map((o) => o.trim()).filter((o) => o !== ""),
+    bridgeDemo: values["bridge-demo"] === true || env("LOCKD_BRIDGE_DEMO") === "1",
     heartbeatMs: positiveSeconds(get("heartbeat")!, source.heartbeat),
     failoverTimeoutMs: positiveSeconds(get("failover-timeout")!, source["failover-timeout"]),
   };

@@ -9,6 +9,9 @@
 import denoJson from "../deno.json" with { type: "json" };
 import { formatHostPort, HELP, parseConfig, UsageError } from "./cli.ts";
 import { LockServer } from "./server.ts";
+import { type BridgeServer, serveBridge } from "../client/bridge.ts";
+import clientScript from "./assets/lockd-client.js" with { type: "text" };
+import demoPage from "../examples/browser/index.html" with { type: "text" };
 
 /** Runs lockd with `args`; resolves with the exit code. */
 export async function main(args: string[]): Promise<number> {
@@ -42,10 +45,6 @@ export async function main(args: string[]): Promise<number> {
       console.error(`lockd: ${problem}\nTry 'deno run -A server/main.ts --help' for the options.`);
       return 2;
     }
-  }
-  if (config.bridge !== undefined) {
-    console.error("lockd: --bridge is not supported by this version yet");
-    return 2;
   }
   let server: LockServer;
   try {
@@ -85,11 +84,37 @@ export async function main(args: string[]): Promise<number> {
   const names: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGINT", "SIGTERM"];
   for (const name of names) Deno.addSignalListener(name, onSignal);
   const { hostname, port } = server.addr;
+  let bridge: BridgeServer | undefined;
+  if (config.bridge !== undefined) {
+    // The bridge relays through a client of this node (of the whole cluster, so that it
+    // follows the active node).
+    const local = formatHostPort({
+      hostname: hostname === "0.0.0.0" ? "127.0.0.1" : hostname === "::" ? "::1" : hostname,
+      port,
+    });
+    try {
+      bridge = serveBridge({
+        servers: peers.length > 0 ? peers.map((p) => p.address) : [local],
+        hostname: config.bridge.hostname,
+        port: config.bridge.port,
+        allowedOrigins: config.bridgeOrigins,
+        clientScript: config.bridgeDemo ? clientScript : undefined,
+        page: config.bridgeDemo ? demoPage : undefined,
+      });
+    } catch (error) {
+      const why = error instanceof Error ? error.message : String(error);
+      console.error(`lockd: cannot serve the bridge on ${formatHostPort(config.bridge)}: ${why}`);
+      await server.shutdown();
+      return 1;
+    }
+  }
   const role = await Promise.race([server.ready, server.finished.then(() => undefined)]);
   if (role !== undefined) {
-    console.log(`listening on ${formatHostPort({ hostname, port })} as ${role}`);
+    const web = bridge === undefined ? "" : `, bridge on ws://${formatHostPort(bridge.addr)}/`;
+    console.log(`listening on ${formatHostPort({ hostname, port })} as ${role}${web}`);
   }
   const code = await server.finished;
+  await bridge?.shutdown();
   for (const name of names) Deno.removeSignalListener(name, onSignal);
   return code;
 }

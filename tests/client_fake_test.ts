@@ -706,3 +706,62 @@ Deno.test("LockClient writes leases and waits as plain decimal seconds, or refus
     assert.match(request.line, /^A k [0-9]+(\.[0-9]+)? [0-9]+(\.[0-9]+)?$/);
   }
 });
+
+Deno.test("LockClient releases and rejects a grant that arrives after close() began", async () => {
+  await using server = await FakeServer.start();
+  server.handler = lockServer({ silent: ["R"] });
+  const client = await readyClient(server.address);
+  await client.acquire("held");
+  // A queued acquire of our own, answered only once close() has started.
+  server.handler = undefined;
+  const queued = client.acquire("late", { wait: 5 });
+  const request = await server.take("A late");
+  const closing = client.close();
+  await request.reply("A", "77");
+  const error = await rejection(queued);
+  assert.ok(error instanceof LockError, String(error));
+  assert.ok((await server.take("R late 77")).line, "the late grant is released");
+  for (const r of server.lines("R held")) await r.reply("R");
+  await closing;
+});
+
+Deno.test("LockClient does not let a try-lock wait behind its own long acquire of the key", async () => {
+  await using server = await FakeServer.start();
+  await using client = await readyClient(server.address);
+  // A long wait stays unanswered; a try-lock of the same key goes out on the other
+  // connection, where the server can answer it at once.
+  const long = client.acquire("k", { wait: 30 });
+  const first = await server.take("A k");
+  const quick = client.tryAcquire("k");
+  const second = await server.take("A k");
+  assert.notEqual(second.conn, first.conn, "the try-lock used the other connection");
+  await second.reply("T");
+  assert.equal(await within(quick, 1000, "tryAcquire"), null);
+  await first.reply("T");
+  assert.ok(await rejection(long) instanceof LockTimeoutError);
+});
+
+Deno.test("LockClient bounds an acquire with a wait even when its reply never comes", async () => {
+  await using server = await FakeServer.start();
+  await using client = await readyClient(server.address);
+  const started = performance.now();
+  const silent = client.acquire("k", { wait: 0.2, signal: undefined });
+  await server.take("A k");
+  const error = await rejection(within(silent, 4000, "a silent acquire"));
+  assert.ok(error instanceof LockTimeoutError, String(error));
+  assert.ok(performance.now() - started < 3000, "rejected within wait + about a second");
+});
+
+Deno.test("LockClient drops a connection that sends a malformed reply, and moves on", async () => {
+  await using server = await FakeServer.start();
+  await using client = await readyClient(server.address);
+  const pending = client.acquire("k");
+  const first = await server.take("A k");
+  await first.conn.send("A k A 0"); // token 0 is not a token
+  const retry = await server.take("A k");
+  assert.notEqual(retry.conn, first.conn);
+  await retry.reply("A", "5");
+  assert.equal((await pending).token, 5n);
+  server.handler = lockServer();
+  await (await pending).release();
+});

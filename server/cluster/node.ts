@@ -467,7 +467,9 @@ export class ClusterNode {
     this.#synced = false;
     this.#activation = undefined;
     this.#syncRequestedAt = -Infinity;
-    this.#setRole("standby", `standby of ${address}`);
+    const wasStandby = this.#role === "standby";
+    this.#setRole("standby", `following ${address}`);
+    if (wasStandby) this.#port.roleChanged("standby", `following ${address}`);
     this.#requestSyncIfNeeded(this.#port.clock());
   }
 

@@ -1,0 +1,1118 @@
+var __defProp = Object.defineProperty;
+var __getOwnPropNames = Object.getOwnPropertyNames;
+var __esm = (fn, res) => function __init() {
+  return fn && (res = (0, fn[__getOwnPropNames(fn)[0]])(fn = 0)), res;
+};
+var __export = (target, all) => {
+  for (var name in all)
+    __defProp(target, name, { get: all[name], enumerable: true });
+};
+
+// client/ws.ts
+var ws_exports = {};
+__export(ws_exports, {
+  connectWebSocket: () => connectWebSocket
+});
+function connectWebSocket(address, handlers, signal) {
+  return new Promise((resolve, reject) => {
+    const socket = new WebSocket(address.url);
+    let open = false;
+    let closed = false;
+    const transport = {
+      send(line) {
+        if (socket.readyState === WebSocket.OPEN) socket.send(line);
+      },
+      close() {
+        if (socket.readyState === WebSocket.CONNECTING || socket.readyState === WebSocket.OPEN) {
+          socket.close();
+        }
+        finish();
+      }
+    };
+    const finish = () => {
+      if (closed) return;
+      closed = true;
+      signal.removeEventListener("abort", onAbort);
+      if (open) handlers.closed();
+      else reject(new Error(`Cannot open WebSocket ${address.url}`));
+    };
+    const onAbort = () => {
+      socket.close();
+      if (!open) {
+        closed = true;
+        reject(signal.reason);
+      }
+    };
+    signal.addEventListener("abort", onAbort, {
+      once: true
+    });
+    socket.onopen = () => {
+      open = true;
+      resolve(transport);
+    };
+    socket.onmessage = (event) => {
+      if (typeof event.data === "string") handlers.line(event.data);
+    };
+    socket.onerror = () => {
+    };
+    socket.onclose = finish;
+  });
+}
+var init_ws = __esm({
+  "client/ws.ts"() {
+  }
+});
+
+// client/codec.ts
+var MAX_TOKEN = 18446744073709551615n;
+var MAX_KEY_BYTES = 250;
+var TOKEN = /^[1-9][0-9]{0,19}$/;
+var BAD_KEY_CHAR = /[\s\p{Cc}]/u;
+function utf8Length(text) {
+  let bytes = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 128) continue;
+    if (c < 2048) bytes += 1;
+    else if (c < 55296 || c > 57343) bytes += 2;
+    else {
+      bytes += 2;
+      const d = text.charCodeAt(i + 1);
+      if (c <= 56319 && d >= 56320 && d <= 57343) i++;
+    }
+  }
+  return bytes;
+}
+function keyError(key) {
+  if (key.length === 0) return "missing key";
+  if (key.length > MAX_KEY_BYTES || key.length * 3 > MAX_KEY_BYTES && utf8Length(key) > MAX_KEY_BYTES) {
+    return `key must be at most ${MAX_KEY_BYTES} bytes`;
+  }
+  if (BAD_KEY_CHAR.test(key)) return "key must not contain whitespace or control characters";
+  if (!key.isWellFormed()) return "key must be valid Unicode (no lone surrogates)";
+  return void 0;
+}
+function parseToken(text) {
+  if (!TOKEN.test(text)) return void 0;
+  const token = BigInt(text);
+  return token <= MAX_TOKEN ? token : void 0;
+}
+var TOKEN_RULE = `token must be a decimal integer from 1 to ${MAX_TOKEN} without leading zeros`;
+function formatSeconds(ms) {
+  if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`Cannot send ${ms} ms as seconds`);
+  const whole = Math.floor(ms / 1e3);
+  const rest = Math.ceil(ms - whole * 1e3);
+  if (rest === 0) return BigInt(whole).toString();
+  if (rest === 1e3) return (BigInt(whole) + 1n).toString();
+  return `${BigInt(whole)}.${String(rest).padStart(3, "0").replace(/0+$/, "")}`;
+}
+function parseReply(line) {
+  const first = line.indexOf(" ");
+  const second = first < 0 ? -1 : line.indexOf(" ", first + 1);
+  if (second < 0) return void 0;
+  const op = line.slice(0, first);
+  const key = line.slice(first + 1, second);
+  const third = line.indexOf(" ", second + 1);
+  const status = line.slice(second + 1, third < 0 ? line.length : third);
+  const value = third < 0 ? void 0 : line.slice(third + 1);
+  if (op === "" || key === "") return void 0;
+  const fits = status === "E" || status === "M" && op !== "-" || op === "A" && (status === "A" || status === "T") || op === "R" && (status === "R" || status === "N") || op === "X" && (status === "X" || status === "N");
+  if (!fits) return void 0;
+  switch (status) {
+    case "A": {
+      const token = value === void 0 ? void 0 : parseToken(value);
+      return token === void 0 ? void 0 : {
+        op,
+        key,
+        status,
+        token
+      };
+    }
+    case "T":
+    case "R":
+    case "X":
+    case "N":
+      return value === void 0 ? {
+        op,
+        key,
+        status
+      } : void 0;
+    case "M":
+      return value ? {
+        op,
+        key,
+        status,
+        text: value
+      } : void 0;
+    default:
+      return {
+        op,
+        key,
+        status: "E",
+        text: value ?? ""
+      };
+  }
+}
+
+// client/connection.ts
+var ConnectionLost = class extends Error {
+  /** @param address Where it was connected. @param detail Last error line from the server. */
+  constructor(address, detail) {
+    super(`Connection to ${address} was lost${detail ? ` (${detail})` : ""}`);
+    this.name = "ConnectionLost";
+  }
+};
+var Slot = class {
+  /** Where it connects. */
+  address;
+  #options;
+  #transport;
+  #connecting;
+  #pending = /* @__PURE__ */ new Map();
+  #reconnectTimer;
+  #lastError;
+  /** Outstanding requests (pings included). */
+  #outstanding = 0;
+  #lastReceived = 0;
+  #watchTimer;
+  /** @param address Where to connect. @param options Shared settings. */
+  constructor(address, options) {
+    this.address = address;
+    this.#options = options;
+    options.closed.addEventListener("abort", () => this.#shutdown(), {
+      once: true
+    });
+  }
+  /** Whether requests can be sent now. */
+  get up() {
+    return this.#transport !== void 0;
+  }
+  /** Why the last attempt failed or the connection was lost, if it did. */
+  get lastError() {
+    return this.#lastError;
+  }
+  /** Whether a request with this (op, key) is outstanding here. */
+  outstanding(op, key) {
+    return this.#pending.has(`${op} ${key}`);
+  }
+  /** Whether an attempt to connect is under way. */
+  get connecting() {
+    return this.#connecting !== void 0;
+  }
+  /**
+   * Connects now unless connected or connecting. Resolves `true` once usable, `false` if
+   * the attempt failed (a background retry is then scheduled).
+   */
+  connect() {
+    if (this.#transport !== void 0) return Promise.resolve(true);
+    if (this.#options.closed.aborted) return Promise.resolve(false);
+    this.#connecting ??= this.#open().finally(() => this.#connecting = void 0);
+    return this.#connecting;
+  }
+  /**
+   * Sends a request line and resolves with the reply whose (op, key) echo matches.
+   *
+   * @throws {ConnectionLost} If not connected, or if the connection drops before the reply.
+   */
+  request(op, key, line) {
+    const transport = this.#transport;
+    if (transport === void 0) return Promise.reject(new ConnectionLost(this.address.key));
+    return new Promise((settled, reject) => {
+      const id = `${op} ${key}`;
+      this.#outstanding++;
+      this.#watch();
+      const done = (reply) => {
+        this.#outstanding--;
+        settled(reply);
+      };
+      let resolve = done;
+      if (op !== "A") {
+        const sentAt = performance.now();
+        resolve = (reply) => {
+          this.#options.roundTrip(performance.now() - sentAt);
+          done(reply);
+        };
+      }
+      const queue = this.#pending.get(id);
+      if (queue === void 0) this.#pending.set(id, [
+        {
+          resolve,
+          reject
+        }
+      ]);
+      else queue.push({
+        resolve,
+        reject
+      });
+      transport.send(line);
+    });
+  }
+  /** Drops the connection (e.g. to test failover); it reconnects in the background. */
+  drop() {
+    this.#transport?.close();
+  }
+  async #open() {
+    clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer = void 0;
+    const attempt = new AbortController();
+    const timer = setTimeout(() => attempt.abort(new Error("connect timed out")), this.#options.connectTimeoutMs);
+    const onClose = () => attempt.abort(new Error("client closed"));
+    this.#options.closed.addEventListener("abort", onClose, {
+      once: true
+    });
+    let transport;
+    let dead = false;
+    try {
+      transport = await this.#options.connect(this.address, {
+        line: (text) => this.#reply(text),
+        closed: () => {
+          dead = true;
+          if (transport !== void 0) this.#lost(transport);
+        }
+      }, attempt.signal);
+      if (this.#options.closed.aborted || dead) {
+        transport.close();
+        if (dead) this.#scheduleReconnect();
+        return false;
+      }
+      this.#transport = transport;
+      this.#lastError = void 0;
+      this.#lastReceived = performance.now();
+      this.#ping();
+      return true;
+    } catch (error) {
+      this.#lastError = error instanceof Error ? error.message : String(error);
+      this.#scheduleReconnect();
+      return false;
+    } finally {
+      clearTimeout(timer);
+      this.#options.closed.removeEventListener("abort", onClose);
+    }
+  }
+  /**
+   * Measures the round trip of a fresh connection with a request that changes nothing: an
+   * unknown op, answered `? - E unknown op` by any node (SPEC §2). Sent before anything
+   * else, so the latency is known before the first grant arrives.
+   */
+  #ping() {
+    this.request("?", "-", "?").catch(() => {
+    });
+  }
+  /** Keeps an eye on a connection while requests are outstanding on it. */
+  #watch() {
+    if (this.#watchTimer !== void 0 || this.#outstanding === 0) return;
+    const probeMs = this.#options.staleAfterMs / 3;
+    this.#watchTimer = setTimeout(() => {
+      this.#watchTimer = void 0;
+      const transport = this.#transport;
+      if (transport === void 0 || this.#outstanding === 0) return;
+      const silentMs = performance.now() - this.#lastReceived;
+      if (silentMs >= this.#options.staleAfterMs) {
+        this.#lastError = `no reply for ${Math.round(silentMs)} ms`;
+        transport.close();
+        return;
+      }
+      if (silentMs >= probeMs) this.#ping();
+      this.#watch();
+    }, probeMs);
+  }
+  #reply(text) {
+    this.#lastReceived = performance.now();
+    const reply = parseReply(text);
+    if (reply === void 0) {
+      this.#lastError = `malformed reply ${JSON.stringify(text.slice(0, 100))}`;
+      this.#transport?.close();
+      return;
+    }
+    const queue = this.#pending.get(`${reply.op} ${reply.key}`);
+    const pending = queue?.shift();
+    if (pending === void 0) {
+      if (reply.status === "E") this.#lastError = reply.text;
+      return;
+    }
+    if (queue.length === 0) this.#pending.delete(`${reply.op} ${reply.key}`);
+    pending.resolve(reply);
+  }
+  #lost(transport) {
+    if (this.#transport !== transport) return;
+    this.#transport = void 0;
+    this.#failAll(this.#lastError);
+    this.#scheduleReconnect();
+  }
+  #scheduleReconnect() {
+    if (this.#options.closed.aborted || this.#reconnectTimer !== void 0) return;
+    this.#reconnectTimer = setTimeout(() => {
+      this.#reconnectTimer = void 0;
+      this.connect();
+    }, this.#options.reconnectIntervalMs);
+  }
+  #shutdown() {
+    clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer = void 0;
+    const transport = this.#transport;
+    this.#transport = void 0;
+    transport?.close();
+    this.#failAll("client closed");
+  }
+  #failAll(detail) {
+    clearTimeout(this.#watchTimer);
+    this.#watchTimer = void 0;
+    this.#outstanding = 0;
+    const pending = [
+      ...this.#pending.values()
+    ].flat();
+    this.#pending.clear();
+    for (const p of pending) p.reject(new ConnectionLost(this.address.key, detail));
+  }
+};
+
+// client/errors.ts
+var LockError = class extends Error {
+  /**
+   * Creates the error.
+   *
+   * @param message Readable reason, sentence case, no trailing period.
+   * @param options Standard error options (`cause`).
+   */
+  constructor(message, options) {
+    super(message, options);
+    this.name = "LockError";
+  }
+};
+var LockTimeoutError = class extends LockError {
+  /** The key that stayed busy. */
+  key;
+  /**
+   * Creates the error.
+   *
+   * @param key The key.
+   * @param waitSeconds The wait that ran out, in seconds.
+   */
+  constructor(key, waitSeconds) {
+    super(`Lock "${key}" was not granted within ${waitSeconds} s`);
+    this.name = "LockTimeoutError";
+    this.key = key;
+  }
+};
+var LockUnavailableError = class extends LockError {
+  /**
+   * Creates the error.
+   *
+   * @param message What was tried.
+   * @param options Standard error options (`cause`).
+   */
+  constructor(message, options) {
+    super(message, options);
+    this.name = "LockUnavailableError";
+  }
+};
+var LockRejectedError = class extends LockError {
+  /** The server's message (the text after `E`). */
+  serverMessage;
+  /** The request's op (`A`, `R` or `X`). */
+  op;
+  /** The key. */
+  key;
+  /**
+   * Creates the error.
+   *
+   * @param op The request's op.
+   * @param key The key.
+   * @param serverMessage The text after `E`.
+   */
+  constructor(op, key, serverMessage) {
+    super(`lockd rejected ${op} "${key}": ${serverMessage}`);
+    this.name = "LockRejectedError";
+    this.serverMessage = serverMessage;
+    this.op = op;
+    this.key = key;
+  }
+};
+var LockLostError = class extends LockError {
+  /** The key. */
+  key;
+  /** The fencing token of the grant that was lost. */
+  token;
+  /**
+   * Creates the error.
+   *
+   * @param key The key.
+   * @param token The lost grant's token.
+   * @param why What happened.
+   */
+  constructor(key, token, why) {
+    super(`Lock "${key}" (token ${token}) is lost: ${why}`);
+    this.name = "LockLostError";
+    this.key = key;
+    this.token = token;
+  }
+};
+var LockAbortedError = class extends LockError {
+  /** The key of the aborted acquire. */
+  key;
+  /**
+   * Creates the error.
+   *
+   * @param key The key.
+   * @param reason The signal's reason.
+   */
+  constructor(key, reason) {
+    super(`Acquire of "${key}" was aborted`, {
+      cause: reason
+    });
+    this.name = "AbortError";
+    this.key = key;
+  }
+};
+
+// client/lock.ts
+var MAX_DELAY_MS = 2 ** 31 - 1;
+function safetyMargin(leaseMs) {
+  return Math.min(1e3, leaseMs * 0.05);
+}
+var HeldLock = class {
+  /** The key. */
+  key;
+  /** This grant's fencing token: greater than every token issued before it. */
+  token;
+  #owner;
+  #leaseMs;
+  #expiresAt;
+  #autoExtend;
+  #controller = new AbortController();
+  #expiryTimer;
+  #renewTimer;
+  #released;
+  /** Made by the client on a grant; not for direct use. */
+  constructor(key, token, owner, state) {
+    this.key = key;
+    this.token = token;
+    this.#owner = owner;
+    this.#leaseMs = state.leaseMs;
+    this.#autoExtend = state.autoExtend;
+    this.#expiresAt = state.grantedAt + state.leaseMs;
+    this.#schedule();
+  }
+  /** The current lease, in seconds (as asked by the acquire or the last extend). */
+  get lease() {
+    return this.#leaseMs / 1e3;
+  }
+  /**
+   * Fires when the lock is known lost (an extend answered `N`) or suspected lost (the lease
+   * is about to run out and no renewal proved it). Its reason is a {@linkcode LockLostError}.
+   * It does not fire on `release()`.
+   */
+  get signal() {
+    return this.#controller.signal;
+  }
+  /** Whether `release()` was called. */
+  get released() {
+    return this.#released !== void 0;
+  }
+  /**
+   * Resets the lease to `lease` seconds from now (default: the current lease).
+   *
+   * @param lease Seconds, > 0, fractions allowed.
+   * @throws {LockLostError} The server answered `N`: this grant no longer holds the key
+   * (`signal` fires too).
+   * @throws {LockUnavailableError} No connection could carry the request.
+   * @throws {LockRejectedError} The server refused it (e.g. above its `--max-lease`).
+   * @throws {TypeError} For a lease that is not a positive number, or after `release()`.
+   */
+  async extend(lease = this.lease) {
+    if (!(lease > 0) || !Number.isFinite(lease)) {
+      throw new TypeError(`lease must be a positive number of seconds, got ${lease}`);
+    }
+    if (this.#released !== void 0) throw new TypeError(`Lock "${this.key}" was released`);
+    if (this.#controller.signal.aborted) throw this.#controller.signal.reason;
+    await this.#extend(Math.ceil(lease * 1e3));
+  }
+  /**
+   * Releases the lock. Renewal stops at once (synchronously); the release is retried for
+   * 5 s every 200 ms if no connection can carry it (SPEC §3). An `N` reply also ends it: the
+   * lock is gone either way. Calling it again returns the same promise.
+   *
+   * @throws {LockUnavailableError} If no node could be reached for 5 s (the lease will
+   * free the lock).
+   */
+  release() {
+    if (this.#released === void 0) {
+      this.#stopTimers();
+      this.#owner.forget(this);
+      this.#released = this.#owner.release(this.key, this.token);
+    }
+    return this.#released;
+  }
+  /** Releases the lock at the end of an `await using` block. */
+  [Symbol.asyncDispose]() {
+    return this.release();
+  }
+  /**
+   * Marks the lock lost: `signal` fires with a {@linkcode LockLostError}. A lock only
+   * suspected lost (`known` false: its lease may have run out) stays with the client, so
+   * `close()` still releases it if the server holds it after all. Internal.
+   */
+  lose(why, known = true) {
+    this.#stopTimers();
+    if (!this.#controller.signal.aborted) {
+      if (known) this.#owner.forget(this);
+      this.#controller.abort(new LockLostError(this.key, this.token, why));
+    }
+  }
+  /** Stops timers without releasing (the client is closing). Internal. */
+  stop() {
+    this.#stopTimers();
+  }
+  async #extend(leaseMs) {
+    const sentAt = performance.now();
+    const held = await this.#owner.extend(this.key, this.token, leaseMs);
+    if (this.#released !== void 0) return;
+    if (!held) {
+      this.lose("the server no longer holds it for this token (extend answered N)");
+      throw this.#controller.signal.reason;
+    }
+    if (this.#controller.signal.aborted) return;
+    this.#leaseMs = leaseMs;
+    this.#expiresAt = sentAt + leaseMs;
+    this.#schedule();
+  }
+  #schedule() {
+    this.#stopTimers();
+    const now = performance.now();
+    const fireIn = this.#expiresAt - safetyMargin(this.#leaseMs) - now;
+    this.#expiryTimer = fireIn > MAX_DELAY_MS ? setTimeout(() => this.#schedule(), MAX_DELAY_MS) : setTimeout(() => this.lose("its lease ran out before a renewal was confirmed", false), Math.max(0, fireIn));
+    if (this.#autoExtend) this.#renewIn(this.#expiresAt - this.#leaseMs * 2 / 3 - now);
+  }
+  #renewIn(ms) {
+    clearTimeout(this.#renewTimer);
+    if (ms > MAX_DELAY_MS) {
+      this.#renewTimer = setTimeout(() => this.#renewIn(ms - MAX_DELAY_MS), MAX_DELAY_MS);
+      return;
+    }
+    this.#renewTimer = setTimeout(() => {
+      this.#renewTimer = void 0;
+      this.#extend(this.#leaseMs).catch((error) => {
+        if (this.#released !== void 0 || this.#controller.signal.aborted) return;
+        if (error instanceof LockUnavailableError || !(error instanceof LockLostError)) {
+          this.#renewIn(Math.min(1e3, this.#leaseMs / 10));
+        }
+      });
+    }, ms);
+  }
+  #stopTimers() {
+    clearTimeout(this.#expiryTimer);
+    clearTimeout(this.#renewTimer);
+    this.#expiryTimer = this.#renewTimer = void 0;
+  }
+};
+
+// client/transport.ts
+var DEFAULT_PORT = 7321;
+function parseAddress(text) {
+  const trimmed = text.trim();
+  if (/^wss?:\/\//i.test(trimmed)) {
+    let url;
+    try {
+      url = new URL(trimmed);
+    } catch {
+      throw new TypeError(`Invalid lockd address "${text}"`);
+    }
+    const scheme = url.protocol === "wss:" ? "wss" : "ws";
+    const port2 = url.port ? Number(url.port) : scheme === "wss" ? 443 : 80;
+    return {
+      scheme,
+      hostname: url.hostname,
+      port: port2,
+      url: url.href,
+      key: url.href
+    };
+  }
+  const rest = trimmed.replace(/^tcp:\/\//i, "");
+  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:/\[\]]+))(?::([0-9]{1,5}))?$/.exec(rest);
+  const port = match?.[3] === void 0 ? DEFAULT_PORT : Number(match[3]);
+  if (!match || port < 1 || port > 65535) {
+    throw new TypeError(`Invalid lockd address "${text}": expected host:port, tcp://host:port, ws:// or wss:// URL`);
+  }
+  const hostname = match[1] ?? match[2];
+  const key = hostname.includes(":") ? `[${hostname}]:${port}` : `${hostname}:${port}`;
+  return {
+    scheme: "tcp",
+    hostname,
+    port,
+    key
+  };
+}
+var connectTransport = async (address, handlers, signal) => {
+  if (address.scheme === "tcp") {
+    const { connectTcp } = await import("./tcp.ts");
+    return connectTcp(address, handlers, signal);
+  }
+  const { connectWebSocket: connectWebSocket2 } = await Promise.resolve().then(() => (init_ws(), ws_exports));
+  return connectWebSocket2(address, handlers, signal);
+};
+
+// client/client.ts
+var clientInternals = /* @__PURE__ */ new WeakMap();
+function retryable(message) {
+  return message === "no active node" || message === "shutting down";
+}
+function sleep(ms, signal) {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, {
+      once: true
+    });
+  });
+}
+function checkKey(key) {
+  if (typeof key !== "string") throw new TypeError(`key must be a string, got ${typeof key}`);
+  const problem = keyError(key);
+  if (problem !== void 0) throw new TypeError(`Invalid key ${JSON.stringify(key)}: ${problem}`);
+}
+var MAX_SECONDS = 1e12;
+function toMs(seconds, what) {
+  const isLease = what === "lease";
+  if (typeof seconds !== "number" || Number.isNaN(seconds) || seconds < 0 || isLease && (seconds === 0 || seconds >= MAX_SECONDS)) {
+    const rule = isLease ? `a positive number of seconds below ${MAX_SECONDS}` : "0 or more seconds";
+    throw new TypeError(`${what} must be ${rule}, got ${seconds}`);
+  }
+  if (!isLease && seconds >= MAX_SECONDS) return 0;
+  return Math.ceil(seconds * 1e3);
+}
+var LockClient = class {
+  #slots = [];
+  #next = 0;
+  #active;
+  #closing = new AbortController();
+  #closed;
+  #locks = /* @__PURE__ */ new Set();
+  #background = /* @__PURE__ */ new Set();
+  #options;
+  #owner;
+  /** Decaying maximum of measured round trips (ms): an upper bound of one-way latency. */
+  #latency = 0;
+  /**
+   * Creates a client and starts connecting in the background.
+   *
+   * @param servers One address or several (a cluster, any order): `host:port`,
+   * `tcp://host:port`, `ws://...` or `wss://...` (a bridge). One address gets two connections.
+   * @param options Timings in milliseconds and defaults.
+   * @throws {TypeError} If no address is given or one cannot be parsed.
+   */
+  constructor(servers, options = {}) {
+    const list = typeof servers === "string" ? [
+      servers
+    ] : [
+      ...servers
+    ];
+    if (list.length === 0) throw new TypeError("LockClient needs at least one server address");
+    const addresses = /* @__PURE__ */ new Map();
+    const id = crypto.randomUUID();
+    for (const text of list) {
+      const address = parseAddress(text);
+      if (address.url !== void 0) {
+        const url = new URL(address.url);
+        url.searchParams.set("client", id);
+        address.url = url.href;
+      }
+      addresses.set(address.key, address);
+    }
+    for (const [name, value] of Object.entries(options)) {
+      if (name.endsWith("Ms") && value !== void 0 && !(typeof value === "number" && value > 0 && Number.isFinite(value))) {
+        throw new TypeError(`${name} must be a positive number of milliseconds, got ${String(value)}`);
+      }
+    }
+    this.#options = {
+      reconnectIntervalMs: options.reconnectIntervalMs ?? 3e3,
+      connectTimeoutMs: options.connectTimeoutMs ?? 3e3,
+      retryTimeoutMs: options.retryTimeoutMs ?? 1e4,
+      releaseRetryMs: options.releaseRetryMs ?? 5e3,
+      releaseRetryIntervalMs: options.releaseRetryIntervalMs ?? 200,
+      staleConnectionMs: options.staleConnectionMs ?? 3e3,
+      autoExtend: options.autoExtend ?? false,
+      connect: options.connect ?? connectTransport
+    };
+    for (const address of addresses.values()) this.#addSlot(address);
+    if (addresses.size === 1) this.#addSlot([
+      ...addresses.values()
+    ][0]);
+    this.#owner = {
+      extend: (key, token, leaseMs) => this.#extend(key, token, leaseMs),
+      release: (key, token) => this.#release(key, token),
+      forget: (lock) => this.#locks.delete(lock)
+    };
+    for (const slot of this.#slots) slot.connect();
+    clientInternals.set(this, {
+      exchange: (op, key, line) => this.#exchange(op, key, () => line),
+      release: (key, token) => this.#release(key, token)
+    });
+  }
+  /** Number of managed connections (two for a single address). */
+  get connections() {
+    return this.#slots.length;
+  }
+  /** Number of connections usable right now. */
+  get connected() {
+    return this.#slots.filter((s) => s.up).length;
+  }
+  /**
+   * Acquires `key`, queueing behind earlier waiters for at most `wait` seconds.
+   *
+   * @param key 1–250 bytes of UTF-8, no whitespace or control characters.
+   * @param options Lease and wait in seconds, an abort signal, auto-extension.
+   * @returns The held {@linkcode Lock}.
+   * @throws {LockTimeoutError} The wait ran out (`T`): nothing is held.
+   * @throws {LockUnavailableError} No connection could carry the request.
+   * @throws {LockRejectedError} The server refused it (`E`), e.g. a lease above its limit.
+   * @throws {LockAbortedError} `signal` fired first; a later grant is released at once.
+   * @throws {TypeError} For an invalid key, lease or wait (nothing is sent).
+   *
+   * @example Wait up to 5 s for a 30 s lease
+   * ```ts
+   * import { LockClient, LockTimeoutError } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * try {
+   *   const lock = await client.acquire("orders:17", { lease: 30, wait: 5 });
+   *   console.log(lock.token); // e.g. 1042n
+   *   await lock.release();
+   * } catch (error) {
+   *   if (!(error instanceof LockTimeoutError)) throw error;
+   * } finally {
+   *   await client.close();
+   * }
+   * ```
+   */
+  acquire(key, options = {}) {
+    options ??= {};
+    if (this.#closed !== void 0) return Promise.reject(new LockError("The client is closed"));
+    try {
+      checkKey(key);
+      const leaseMs = toMs(options.lease ?? 30, "lease");
+      const waitMs = toMs(options.wait ?? 0, "wait");
+      return this.#acquire(key, leaseMs, waitMs, options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+  /**
+   * Takes `key` only if it is free now: never queues behind a holder.
+   *
+   * @returns The {@linkcode Lock}, or `null` if someone else holds it.
+   * @throws {LockUnavailableError} No connection could carry the request.
+   * @throws {LockRejectedError} The server refused it (`E`).
+   * @throws {LockAbortedError} `signal` fired first.
+   *
+   * @example Skip the work if someone else is doing it
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * const lock = await client.tryAcquire("nightly-report", { lease: 60 });
+   * if (lock === null) console.log("already running elsewhere");
+   * else await lock.release();
+   * await client.close();
+   * ```
+   */
+  async tryAcquire(key, options = {}) {
+    try {
+      return await this.acquire(key, {
+        ...options,
+        wait: 1e-3
+      });
+    } catch (error) {
+      if (error instanceof LockTimeoutError) return null;
+      throw error;
+    }
+  }
+  async withLock(key, optionsOrFn, maybeFn) {
+    const fn = typeof optionsOrFn === "function" ? optionsOrFn : maybeFn;
+    const options = typeof optionsOrFn === "function" ? {} : optionsOrFn;
+    if (typeof fn !== "function") throw new TypeError("withLock needs a function to run");
+    const lock = await this.acquire(key, options);
+    let result;
+    try {
+      result = await fn(lock);
+    } catch (error) {
+      await lock.release().catch(() => {
+      });
+      throw error;
+    }
+    await lock.release().catch((error) => {
+      if (!(error instanceof LockUnavailableError)) throw error;
+    });
+    return result;
+  }
+  /**
+   * Releases every held lock (one attempt each, at most about a second in all), then closes
+   * every connection and timer. Requests still outstanding reject with a
+   * {@linkcode LockError}, and a grant that arrives meanwhile is released. Calling it again
+   * returns the same promise. Never rejects.
+   *
+   * @example Close at shutdown
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * Deno.addSignalListener("SIGTERM", () => client.close());
+   * ```
+   */
+  close() {
+    this.#closed ??= this.#close();
+    return this.#closed;
+  }
+  /** Same as {@linkcode close}, for `await using`. */
+  [Symbol.asyncDispose]() {
+    return this.close();
+  }
+  async #close() {
+    const held = [
+      ...this.#locks
+    ];
+    const releases = held.map((lock) => lock.release().catch(() => {
+    }));
+    const timeout = new AbortController();
+    await Promise.race([
+      Promise.all(releases),
+      sleep(1e3, timeout.signal)
+    ]);
+    timeout.abort();
+    for (const lock of held) lock.stop();
+    this.#closing.abort(new LockError("The client is closed"));
+    await Promise.allSettled([
+      ...this.#background
+    ]);
+  }
+  #addSlot(address) {
+    const slot = new Slot(address, {
+      connect: this.#options.connect,
+      reconnectIntervalMs: this.#options.reconnectIntervalMs,
+      connectTimeoutMs: this.#options.connectTimeoutMs,
+      closed: this.#closing.signal,
+      roundTrip: (ms) => this.#latency = Math.max(ms, this.#latency * 0.9),
+      staleAfterMs: this.#options.staleConnectionMs
+    });
+    this.#slots.push(slot);
+    return slot;
+  }
+  /** Keeps a background promise from being unhandled and lets close() wait for it. */
+  #track(promise) {
+    const tracked = promise.catch(() => {
+    }).finally(() => this.#background.delete(tracked));
+    this.#background.add(tracked);
+  }
+  async #acquire(key, leaseMs, waitMs, options) {
+    const signal = options.signal;
+    if (signal?.aborted) throw new LockAbortedError(key, signal.reason);
+    const autoExtend = options.autoExtend ?? this.#options.autoExtend;
+    const attempt = {
+      abandoned: false
+    };
+    const started = performance.now();
+    let sentAt = started;
+    const line = () => {
+      sentAt = performance.now();
+      const left = waitMs === 0 ? 0 : Math.max(1, Math.ceil(waitMs - (sentAt - started)));
+      return `A ${key} ${formatSeconds(leaseMs)} ${formatSeconds(left)}`;
+    };
+    const exchange = this.#exchange("A", key, line, attempt);
+    const settle = (reply) => {
+      if (reply.status === "A") {
+        const grantedAt = this.#latency > 0 ? Math.max(sentAt, performance.now() - this.#latency) : sentAt;
+        const lock = new HeldLock(key, reply.token, this.#owner, {
+          leaseMs,
+          grantedAt,
+          autoExtend
+        });
+        this.#locks.add(lock);
+        if (this.#closed !== void 0) {
+          this.#track(lock.release());
+          throw new LockError("The client is closed");
+        }
+        return lock;
+      }
+      if (reply.status === "T") throw new LockTimeoutError(key, waitMs / 1e3);
+      throw this.#unexpected(reply);
+    };
+    return await new Promise((resolve, reject) => {
+      let timer;
+      const cleanup = () => {
+        clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+      };
+      const giveUp = (error) => {
+        if (attempt.abandoned) return;
+        attempt.abandoned = true;
+        cleanup();
+        reject(error);
+      };
+      const onAbort = () => giveUp(new LockAbortedError(key, signal.reason));
+      signal?.addEventListener("abort", onAbort, {
+        once: true
+      });
+      if (waitMs > 0) {
+        timer = setTimeout(() => giveUp(new LockTimeoutError(key, waitMs / 1e3)), waitMs + 1e3 + 2 * this.#latency);
+      }
+      this.#track(exchange.then((reply) => {
+        cleanup();
+        if (attempt.abandoned) {
+          if (reply.status === "A") this.#track(this.#release(key, reply.token));
+          return;
+        }
+        try {
+          resolve(settle(reply));
+        } catch (error) {
+          reject(error);
+        }
+      }, (error) => {
+        cleanup();
+        if (!attempt.abandoned) reject(error);
+      }));
+    });
+  }
+  async #extend(key, token, leaseMs) {
+    const reply = await this.#exchange("X", key, () => `X ${key} ${token} ${formatSeconds(leaseMs)}`);
+    if (reply.status === "X") return true;
+    if (reply.status === "N") return false;
+    throw this.#unexpected(reply);
+  }
+  async #release(key, token) {
+    const until = performance.now() + this.#options.releaseRetryMs;
+    for (; ; ) {
+      try {
+        const reply = await this.#within(until - performance.now(), this.#exchange("R", key, () => `R ${key} ${token}`), () => new LockUnavailableError(`Release of "${key}" not confirmed in time`));
+        if (reply.status === "R" || reply.status === "N") return;
+        throw this.#unexpected(reply);
+      } catch (error) {
+        const retry = error instanceof LockUnavailableError && !this.#closing.signal.aborted && performance.now() + this.#options.releaseRetryIntervalMs < until;
+        if (!retry) throw error;
+      }
+      await sleep(this.#options.releaseRetryIntervalMs, this.#closing.signal);
+    }
+  }
+  /** `promise`, or `late()` after `ms` (the promise then finishes in the background). */
+  #within(ms, promise, late) {
+    this.#track(promise);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(late()), Math.max(0, ms));
+      promise.then(resolve, reject).finally(() => clearTimeout(timer));
+    });
+  }
+  #unexpected(reply) {
+    if (reply.status === "E") return new LockRejectedError(reply.op, reply.key, reply.text ?? "");
+    return new LockError(`Unexpected reply to ${reply.op} "${reply.key}": ${reply.status}`);
+  }
+  /**
+   * The next connection, round-robin over those usable now: those of the known active node
+   * first and, for an acquire, those without an earlier acquire of the same key outstanding
+   * (the server answers those in order, so a try-lock would wait behind a long wait).
+   */
+  #pick(op, key) {
+    const up = this.#slots.filter((s) => s.up);
+    if (up.length === 0) return void 0;
+    const preferred = up.filter((s) => s.address.key === this.#active);
+    let pool = preferred.length > 0 ? preferred : up;
+    if (op === "A" && pool.length > 1) {
+      const free = pool.filter((s) => !s.outstanding(op, key));
+      if (free.length > 0) pool = free;
+    }
+    return pool[this.#next++ % pool.length];
+  }
+  /** Connects every idle connection now and resolves with the first that comes up. */
+  async #anyUp() {
+    const attempts = this.#slots.map(async (slot) => await slot.connect() ? slot : void 0);
+    const first = await Promise.any(attempts.map(async (a) => await a ?? Promise.reject(new Error("down")))).catch(() => void 0);
+    return first;
+  }
+  #slotFor(addressText) {
+    let address;
+    try {
+      address = parseAddress(addressText);
+    } catch {
+      return void 0;
+    }
+    return this.#slots.find((s) => s.address.key === address.key) ?? this.#addSlot(address);
+  }
+  /**
+   * Sends one request until it gets a final reply: moves to the next connection when one
+   * drops (failing after as many attempts as connections), follows `M`, and waits out a
+   * cluster with no active node for up to `retryTimeoutMs`.
+   */
+  async #exchange(op, key, line, attempt) {
+    const closed = this.#closing.signal;
+    const giveUpAt = performance.now() + this.#options.retryTimeoutMs;
+    let failures = 0;
+    let lastProblem = "";
+    let target;
+    let backoff = 25;
+    let hops = 0;
+    const unavailable = () => new LockUnavailableError(`No usable lockd connection for ${op} "${key}" (${this.#slots.map((s) => s.address.key).join(", ")})` + (lastProblem ? `: ${lastProblem}` : ""));
+    const pause = async () => {
+      if (performance.now() + backoff > giveUpAt) throw unavailable();
+      await sleep(backoff, closed);
+      backoff = Math.min(backoff * 2, 200);
+    };
+    for (; ; ) {
+      if (closed.aborted) throw new LockError("The client is closed");
+      if (attempt?.abandoned) throw new LockError("Abandoned");
+      let slot = target ?? this.#pick(op, key);
+      target = void 0;
+      if (slot !== void 0 && !slot.up && !await slot.connect()) {
+        lastProblem = `${slot.address.key} is unreachable`;
+        if (this.#active === slot.address.key) this.#active = void 0;
+        await pause();
+        continue;
+      }
+      slot ??= await this.#anyUp();
+      if (slot === void 0) {
+        const reasons = [
+          ...new Set(this.#slots.map((s) => s.lastError).filter((e) => e))
+        ];
+        lastProblem = reasons.length > 0 ? reasons.join("; ") : "no node could be reached";
+        if (++failures >= this.#slots.length) throw unavailable();
+        continue;
+      }
+      if (closed.aborted) throw new LockError("The client is closed");
+      let reply;
+      try {
+        reply = await slot.request(op, key, line());
+      } catch (error) {
+        if (!(error instanceof ConnectionLost)) throw error;
+        lastProblem = error.message;
+        if (this.#active === slot.address.key) this.#active = void 0;
+        if (++failures >= this.#slots.length && !this.#slots.some((s) => s.up)) {
+          throw unavailable();
+        }
+        continue;
+      }
+      if (reply.status === "M") {
+        target = this.#slotFor(reply.text);
+        if (++hops > 3) await pause();
+        if (target === slot) target = void 0;
+        else this.#active = target?.address.key;
+        lastProblem = `redirected to ${reply.text}`;
+        if (target === void 0) await pause();
+        continue;
+      }
+      if (reply.status === "E" && retryable(reply.text)) {
+        lastProblem = `${slot.address.key} answered "${reply.text}"`;
+        await pause();
+        continue;
+      }
+      this.#active = slot.address.key;
+      return reply;
+    }
+  }
+};
+export {
+  LockAbortedError,
+  LockClient,
+  LockError,
+  LockLostError,
+  LockRejectedError,
+  LockTimeoutError,
+  LockUnavailableError
+};
