@@ -32,6 +32,9 @@ import { MAX_KEY_BYTES, MAX_LINE_BYTES, parseRequest, utf8Length } from "./codec
 import { type ClientInternals, clientInternals, LockClient } from "./client.ts";
 
 export { LockClient };
+export type { AcquireOptions, LockClientOptions, TryAcquireOptions } from "./client.ts";
+export type { Lock } from "./lock.ts";
+export type { Address, Connect, Transport, TransportHandlers } from "./transport.ts";
 
 /** Options of {@linkcode createBridgeHandler}. Give `servers` or `client`. */
 export interface BridgeOptions {

@@ -75,16 +75,18 @@ export async function main(args: string[]): Promise<number> {
   // Ctrl+C reaches every process of the group (npx, deno task, this one), and wrappers
   // forward it too: repeated signals while stopping are the same request, not an escalation.
   let stopping = false;
-  const onSignal = () => {
+  let bridge: BridgeServer | undefined;
+  const onSignal = async () => {
     if (stopping) return;
     stopping = true;
     console.error("lockd: shutting down");
-    server.shutdown();
+    // The bridge first, while this node can still take its sessions' releases.
+    await bridge?.shutdown();
+    await server.shutdown();
   };
   const names: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGINT", "SIGTERM"];
   for (const name of names) Deno.addSignalListener(name, onSignal);
   const { hostname, port } = server.addr;
-  let bridge: BridgeServer | undefined;
   if (config.bridge !== undefined) {
     // The bridge relays through a client of this node (of the whole cluster, so that it
     // follows the active node).
@@ -114,7 +116,7 @@ export async function main(args: string[]): Promise<number> {
     console.log(`listening on ${formatHostPort({ hostname, port })} as ${role}${web}`);
   }
   const code = await server.finished;
-  await bridge?.shutdown();
+  await bridge?.shutdown(); // After a fatal stop: the bridge has nothing left to relay to.
   for (const name of names) Deno.removeSignalListener(name, onSignal);
   return code;
 }

@@ -82,6 +82,8 @@ Deno.test("parseConfig() gives the defaults of SPEC §6", () => {
     maxLeaseMs: 86_400_000,
     maxConnections: 10_000,
     bridge: undefined,
+    bridgeOrigins: undefined,
+    bridgeDemo: false,
     heartbeatMs: 100,
     failoverTimeoutMs: 1000,
   };
@@ -246,6 +248,9 @@ Deno.test("parseConfig() takes all flags together", () => {
     "3",
     "--bridge",
     "127.0.0.1:8080",
+    "--bridge-origins",
+    "https://a.example, https://b.example",
+    "--bridge-demo",
     "--heartbeat",
     "0.05",
     "--failover-timeout",
@@ -261,6 +266,8 @@ Deno.test("parseConfig() takes all flags together", () => {
     maxLeaseMs: 10_000,
     maxConnections: 3,
     bridge: { hostname: "127.0.0.1", port: 8080 },
+    bridgeOrigins: ["https://a.example", "https://b.example"],
+    bridgeDemo: true,
     heartbeatMs: 50,
     failoverTimeoutMs: 500,
   });

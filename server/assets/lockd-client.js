@@ -853,11 +853,11 @@ var LockClient = class {
    * {@linkcode LockError}, and a grant that arrives meanwhile is released. Calling it again
    * returns the same promise. Never rejects.
    *
-   * @example Close at shutdown
+   * @example Close when the page goes away
    * ```ts
    * import { LockClient } from "@lockd/client";
-   * const client = new LockClient("127.0.0.1:7321");
-   * Deno.addSignalListener("SIGTERM", () => client.close());
+   * const client = new LockClient("wss://locks.example.com/");
+   * globalThis.addEventListener("pagehide", () => client.close());
    * ```
    */
   close() {

@@ -2,8 +2,9 @@
  * Who should be active (SPEC §4), as a pure function of what one node knows: its own state
  * and the last heartbeat of each live peer. Priority promotion without quorum:
  *
- * - Among live nodes, the highest-priority one that is in sync becomes active (or the
- *   highest-priority live node at all when none is in sync, e.g. a cold start).
+ * - Among live nodes, the highest-priority one holding a replica of the last active's state
+ *   becomes active (or the highest-priority live node at all when none holds one, e.g. a
+ *   cold start): a node that restarted empty never wins over a replica.
  * - A standby follows the highest-priority live node that claims to be active.
  * - An active that sees a higher-priority active steps down and hands its state over
  *   (demotion); an active that sees a higher-priority standby in sync with it hands over
@@ -25,6 +26,8 @@ export interface PeerView {
   role: Role;
   /** Whether it is a standby in sync with the active node it follows. */
   synced: boolean;
+  /** Whether it holds a complete replica of some active's state (even if no longer streaming). */
+  replica: boolean;
   /** The activation it is in sync with (a standby) or its own (an active), if any. */
   activation: string | undefined;
 }
@@ -39,6 +42,8 @@ export interface SelfView {
   role: Role;
   /** Whether it is in sync with the active it follows (standby) or would be a safe choice. */
   synced: boolean;
+  /** Whether it holds a complete replica of some active's state (even if no longer streaming). */
+  replica: boolean;
   /** Its own activation id while active. */
   activation: string | undefined;
   /** Milliseconds since it last heard a live active (or since it started). */
@@ -64,8 +69,8 @@ export type Decision =
  * ```ts
  * import { decide } from "./election.ts";
  * decide(
- *   { address: "b", priority: 1, role: "standby", synced: true, activation: undefined, sinceActiveMs: 1200 },
- *   [{ address: "c", priority: 2, role: "standby", synced: true, activation: "x" }],
+ *   { address: "b", priority: 1, role: "standby", synced: true, replica: true, activation: undefined, sinceActiveMs: 1200 },
+ *   [{ address: "c", priority: 2, role: "standby", synced: true, replica: true, activation: "x" }],
  *   1000,
  * ); // { kind: "promote" }
  * ```
@@ -91,18 +96,20 @@ export function decide(
   if (self.role !== "standby" && self.role !== "starting") return { kind: "none" };
   if (actives.length > 0) return { kind: "follow", address: actives[0].address };
   if (self.sinceActiveMs < failoverTimeoutMs) return { kind: "none" };
-  // Nobody is active: the highest-priority live node in sync takes over; if nobody is in
-  // sync (a cold start, or every replica lost its stream), the highest-priority live node.
+  // Nobody is active: the highest-priority live node holding a replica of the last state
+  // takes over (its stream stopped when the active died); if nobody holds one (a cold
+  // start), the highest-priority live node. A node that restarted empty never wins over a
+  // replica.
   const candidates = [
-    { priority: self.priority, synced: self.synced, busy: false },
+    { priority: self.priority, replica: self.replica, busy: false },
     ...peers.map((p) => ({
       priority: p.priority,
-      synced: p.synced,
+      replica: p.replica,
       busy: p.role === "handing-off" || p.role === "leaving",
     })),
   ].filter((c) => !c.busy);
-  const anySynced = candidates.some((c) => c.synced);
-  const eligible = candidates.filter((c) => c.synced || !anySynced);
+  const anyReplica = candidates.some((c) => c.replica);
+  const eligible = candidates.filter((c) => c.replica || !anyReplica);
   const best = Math.min(...eligible.map((c) => c.priority));
   return eligible.some((c) => c.priority === self.priority) && best === self.priority
     ? { kind: "promote" }

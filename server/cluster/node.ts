@@ -25,6 +25,13 @@ const TRACE = (() => {
     return false; // No --allow-env: no tracing.
   }
 })();
+const TRACE_HB = (() => {
+  try {
+    return Deno.env.get("LOCKD_TRACE_HB") === "1";
+  } catch {
+    return false;
+  }
+})();
 const SERVE: Gate = { kind: "serve" };
 const PARK: Gate = { kind: "park" };
 
@@ -68,6 +75,7 @@ interface Peer {
   role: Role;
   activeAddress: string | undefined;
   synced: boolean;
+  replica: boolean;
   hwm: bigint;
   activation: string | undefined;
 }
@@ -95,6 +103,11 @@ export class ClusterNode {
   #activation: string | undefined;
   #activeAddress: string | undefined;
   #synced = false;
+  /**
+   * Whether this node holds a complete replica of some activation's state, even if the
+   * stream has since stopped (the active died): such a node beats one with empty state.
+   */
+  #replica = false;
   #syncRequestedAt = -Infinity;
   #replicas = new Set<Peer>();
   #handoff: Handoff | undefined;
@@ -131,6 +144,7 @@ export class ClusterNode {
         role: "starting",
         activeAddress: undefined,
         synced: false,
+        replica: false,
         hwm: 0n,
         activation: undefined,
       });
@@ -247,21 +261,21 @@ export class ClusterNode {
     peer.lastHeard = this.#port.clock();
   }
 
-  /** `HB role active synced hwm activation`. */
+  /** `HB role active synced hwm activation replica`. */
   heartbeat(peer: Peer, fields: string[]): void {
-    const [, role, active, synced, hwm, activation] = fields;
+    const [, role, active, synced, hwm, activation, replica] = fields;
     peer.role = role as Role;
     peer.activeAddress = active === "-" ? undefined : active;
     peer.synced = synced === "1";
+    peer.replica = replica === "1";
     peer.hwm = /^[0-9]+$/.test(hwm ?? "") ? BigInt(hwm) : 0n;
     peer.activation = activation === "-" ? undefined : activation;
     if (peer.role === "active") {
       this.#lastActiveSeen = this.#port.clock();
-      // Two actives (a partition, a paused process): keep this node's tokens above the
-      // other's reserved mark, so tokens keep growing across the merge that follows.
-      if (this.#role === "active" || this.#role === "handing-off") {
-        this.#port.tokens.raiseTo(peer.hwm);
-      }
+      // An active's mark bounds every token it may issue. Every node persists it (so even
+      // a full-cluster restart never reuses a token), and a second active (partition,
+      // paused process) moves above it, so tokens keep growing across the merge.
+      this.#port.tokens.raiseTo(peer.hwm);
     }
   }
 
@@ -287,6 +301,7 @@ export class ClusterNode {
   /** `SNAP activation lastToken`: a snapshot from the followed active begins. */
   snapshotBegins(lastToken: bigint): void {
     this.#synced = false;
+    this.#replica = false;
     this.#port.table.clear();
     this.#port.tokens.raiseTo(lastToken);
   }
@@ -310,11 +325,15 @@ export class ClusterNode {
   /** `SNAPEND`: the snapshot is complete; the stream continues. */
   snapshotEnds(activation: string): void {
     this.#synced = true;
+    this.#replica = true;
     this.#activation = activation;
     this.#announce();
   }
 
-  /** The followed active's stream broke: this replica is no longer known complete. */
+  /**
+   * The followed active's stream broke: this node is no longer in sync (it asks for a new
+   * snapshot), but it keeps its replica: if the active died, that state is the best there is.
+   */
   streamLost(peer: Peer): void {
     if (this.#activeAddress === peer.address && this.#role !== "active") {
       this.#synced = false;
@@ -349,6 +368,7 @@ export class ClusterNode {
     this.#handoff = undefined;
     this.#activeAddress = peer.address;
     this.#synced = false;
+    this.#replica = false;
     this.#activation = undefined;
     this.#replicas.clear();
     this.#setRole(
@@ -431,6 +451,7 @@ export class ClusterNode {
         priority: p.priority,
         role: p.role,
         synced: p.synced,
+        replica: p.replica,
         activation: p.activation,
       });
     }
@@ -443,15 +464,22 @@ export class ClusterNode {
       priority: this.#priority,
       role: this.#role,
       synced: this.#synced,
+      replica: this.#replica,
       activation: this.#activation,
       sinceActiveMs: this.#port.clock() - this.#lastActiveSeen,
     };
   }
 
   #announce(): void {
-    const line = `HB ${this.#role} ${this.#activeAddress ?? "-"} ${
-      this.#synced ? 1 : 0
-    } ${this.#port.tokens.reserved} ${this.#activation ?? "-"}`;
+    // An active announces the mark it reserved (it may issue up to it); others the highest
+    // token or mark they know of (announcing their own reservations would make nodes raise
+    // each other block after block).
+    const tokens = this.#port.tokens;
+    const active = this.#role === "active" || this.#role === "handing-off";
+    const mark = active ? tokens.reserved : tokens.last;
+    const line = `HB ${this.#role} ${this.#activeAddress ?? "-"} ${this.#synced ? 1 : 0} ${mark} ${
+      this.#activation ?? "-"
+    } ${this.#replica ? 1 : 0}`;
     for (const peer of this.#peers.values()) peer.link.send(line);
   }
 
@@ -495,6 +523,7 @@ export class ClusterNode {
     this.#activation = newActivation();
     this.#activeAddress = this.#self;
     this.#synced = true;
+    this.#replica = true;
     this.#replicas.clear();
     this.#lastActiveSeen = this.#port.clock();
     this.#setRole("active", why);
@@ -585,7 +614,9 @@ class PeerInbound implements LineHandler {
     const node = this.#node;
     const fields = text.split(" ");
     node.heardFrom(this.#peer);
-    if (TRACE && fields[0] !== "HB") console.error(`lockd: ${this.#peer.address} > ${text}`);
+    if (TRACE && (fields[0] !== "HB" || TRACE_HB)) {
+      console.error(`lockd: ${this.#peer.address} > ${text}`);
+    }
     switch (fields[0]) {
       case "HB":
         node.heartbeat(this.#peer, fields);
