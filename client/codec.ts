@@ -207,6 +207,83 @@ export function parseToken(text: string): bigint | undefined {
   return token <= MAX_TOKEN ? token : undefined;
 }
 
+/**
+ * Milliseconds of plain decimal seconds in `text[from, to)`, rounding up: the fast path of
+ * {@linkcode parseSeconds} for up to 12 integer digits. `NaN` for anything else (the caller
+ * then takes the thorough path, which also explains the error).
+ */
+function scanSeconds(text: string, from: number, to: number): number {
+  let i = from;
+  let ms = 0;
+  let c = 0;
+  while (i < to && (c = text.charCodeAt(i)) >= 48 && c <= 57) {
+    ms = ms * 10 + (c - 48);
+    i++;
+  }
+  if (i === from || i - from > 12) return NaN;
+  ms *= 1000;
+  if (i === to) return ms;
+  if (c !== 46) return NaN; // "."
+  const start = ++i;
+  let fraction = 0;
+  let scale = 100;
+  let rest = false;
+  while (i < to && (c = text.charCodeAt(i)) >= 48 && c <= 57) {
+    if (scale >= 1) fraction += (c - 48) * scale;
+    else if (c !== 48) rest = true;
+    scale /= 10;
+    i++;
+  }
+  if (i === start || i !== to) return NaN;
+  return ms + fraction + (rest ? 1 : 0);
+}
+
+/** A token of 1 to 19 digits in `text[from, to)` (always below 2^64), else `undefined`. */
+function scanToken(text: string, from: number, to: number): bigint | undefined {
+  if (to - from > 19 || to === from || text.charCodeAt(from) === 48) return undefined;
+  for (let i = from; i < to; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 48 || c > 57) return undefined;
+  }
+  return BigInt(text.slice(from, to));
+}
+
+/**
+ * The common case of {@linkcode parseRequest} without splitting or regular expressions:
+ * an ASCII key and plain numbers. Returns `undefined` for anything else, which the thorough
+ * parser then handles (and explains, if it is an error).
+ */
+function parseCommon(line: string, maxLeaseMs: number): Request | undefined {
+  const op = line.charCodeAt(0);
+  if (line.charCodeAt(1) !== 32) return undefined;
+  const keyEnd = line.indexOf(" ", 2);
+  if (keyEnd <= 2 || keyEnd - 2 > MAX_KEY_BYTES) return undefined;
+  for (let i = 2; i < keyEnd; i++) {
+    const c = line.charCodeAt(i);
+    if (c <= 32 || c >= 127) return undefined; // Not printable ASCII: the thorough path.
+  }
+  const key = line.slice(2, keyEnd);
+  if (op === 82) { // R <key> <token>
+    const token = scanToken(line, keyEnd + 1, line.length);
+    return token === undefined ? undefined : { op: "R", key, token };
+  }
+  const next = line.indexOf(" ", keyEnd + 1);
+  if (next < 0) return undefined;
+  if (op === 65) { // A <key> <lease> <wait>
+    const leaseMs = scanSeconds(line, keyEnd + 1, next);
+    const waitMs = scanSeconds(line, next + 1, line.length);
+    if (!(leaseMs > 0 && leaseMs <= maxLeaseMs) || Number.isNaN(waitMs)) return undefined;
+    return { op: "A", key, leaseMs, waitMs };
+  }
+  if (op === 88) { // X <key> <token> <lease>
+    const token = scanToken(line, keyEnd + 1, next);
+    const leaseMs = scanSeconds(line, next + 1, line.length);
+    if (token === undefined || !(leaseMs > 0 && leaseMs <= maxLeaseMs)) return undefined;
+    return { op: "X", key, token, leaseMs };
+  }
+  return undefined;
+}
+
 const TOKEN_RULE = `token must be a decimal integer from 1 to ${MAX_TOKEN} without leading zeros`;
 const LEASE_RULE = "lease must be a positive number of seconds";
 const WAIT_RULE = "wait must be a number of seconds, 0 or more";
@@ -229,6 +306,8 @@ const WAIT_RULE = "wait must be a number of seconds, 0 or more";
  */
 export function parseRequest(line: string, options?: ParseRequestOptions): Request | RequestError {
   const maxLeaseMs = options?.maxLeaseMs ?? DEFAULT_MAX_LEASE_MS;
+  const common = parseCommon(line, maxLeaseMs);
+  if (common !== undefined) return common;
   const fields = line.split(" ");
   const op = fields[0];
   const key = fields[1];

@@ -19,7 +19,7 @@ import {
   type Ticket,
   ticketHooks,
 } from "./session.ts";
-import { Ticker } from "./timers.ts";
+import { Ticker, turnClock } from "./timers.ts";
 import { TokenStore } from "./tokens.ts";
 
 /** Options of {@linkcode LockServer.start}. */
@@ -34,7 +34,7 @@ export interface LockServerOptions {
   maxLeaseMs?: number;
   /** Connections served at once; the next one gets `- - E too many connections`. Default 10,000. */
   maxConnections?: number;
-  /** Monotonic clock in ms. Default `performance.now`. */
+  /** Monotonic clock in ms. Default `performance.now`, read once per event-loop run. */
   clock?: () => number;
   /** Cluster settings (SPEC §4); a single node without them. */
   cluster?: Omit<ClusterOptions, "tokenBlock">;
@@ -78,7 +78,7 @@ export class LockServer {
     this.#listener = listener;
     this.#tokens = tokens;
     this.#maxConnections = options.maxConnections ?? 10_000;
-    const clock = options.clock ?? (() => performance.now());
+    const clock = options.clock ?? turnClock();
     this.#table = new LockTable<Ticket>({
       clock,
       nextToken: () => tokens.next(),

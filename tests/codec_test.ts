@@ -954,3 +954,38 @@ Deno.test("parseRequest() errors format into replies that parseReply() reads bac
     });
   }
 });
+
+Deno.test("parseRequest() agrees with exact arithmetic on random numbers (fast and thorough paths)", () => {
+  let seed = 12345;
+  const random = (n: number) => {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    return seed % n;
+  };
+  const digits = (n: number) => Array.from({ length: n }, () => String(random(10))).join("");
+  /** ms of decimal seconds, rounded up, by BigInt arithmetic; undefined beyond 10^12 s. */
+  const exactMs = (text: string): number | undefined => {
+    const [whole, fraction = ""] = text.split(".");
+    if (BigInt(whole) >= 10n ** 12n) return undefined;
+    const scaled = BigInt(whole + fraction.padEnd(3, "0").slice(0, 3));
+    const rest = /[1-9]/.test(fraction.slice(3)) ? 1n : 0n;
+    return Number(scaled + rest);
+  };
+  for (let i = 0; i < 20_000; i++) {
+    const lease = digits(1 + random(14)) + (random(2) ? "." + digits(1 + random(6)) : "");
+    const wait = digits(1 + random(14)) + (random(2) ? "." + digits(1 + random(6)) : "");
+    const key = random(2) ? `k${i}` : `é${i}`; // ASCII keys take the fast path
+    const parsed = parseRequest(`A ${key} ${lease} ${wait}`, { maxLeaseMs: 2 ** 52 });
+    const leaseMs = exactMs(lease);
+    const waitMs = exactMs(wait);
+    if (leaseMs === undefined || leaseMs === 0 || leaseMs > 2 ** 52) {
+      assert.equal((parsed as RequestError).kind, "E", `A ${key} ${lease} ${wait}`);
+      continue;
+    }
+    assert.deepEqual(parsed, { op: "A", key, leaseMs, waitMs: waitMs ?? 0 }, `${lease} ${wait}`);
+    const token = (random(9) + 1) + digits(random(20));
+    const release = parseRequest(`R ${key} ${token}`);
+    if (BigInt(token) <= MAX_TOKEN) {
+      assert.deepEqual(release, { op: "R", key, token: BigInt(token) });
+    } else assert.equal((release as RequestError).kind, "E");
+  }
+});
