@@ -28,7 +28,7 @@
  * @module
  */
 
-import { MAX_KEY_BYTES, MAX_LINE_BYTES, parseRequest, utf8Length } from "./codec.ts";
+import { keyError, MAX_KEY_BYTES, MAX_LINE_BYTES, parseRequest, utf8Length } from "./codec.ts";
 import { type ClientInternals, clientInternals, LockClient } from "./client.ts";
 
 export { LockClient };
@@ -40,7 +40,12 @@ export type { Address, Connect, Transport, TransportHandlers } from "./transport
 export interface BridgeOptions {
   /** lockd addresses (as `LockClient` takes them); the bridge makes and owns its client. */
   servers?: string | readonly string[];
-  /** An existing `LockClient` to relay through (not closed by the bridge). */
+  /**
+   * An existing `LockClient` to relay every session through (not closed by the bridge).
+   * With `servers` instead, each browser client gets its own connection to lockd, so that
+   * closing its last WebSocket also drops its queued acquires there; with a shared client
+   * they stay queued (a grant that comes later is released at once).
+   */
   client?: LockClient;
   /**
    * Exact origins (`https://app.example.com`) whose pages may connect. By default only
@@ -52,14 +57,16 @@ export interface BridgeOptions {
   authorize?: (request: Request) => boolean | Promise<boolean>;
   /**
    * Confines a session's keys: every key it uses is prefixed with this on the lockd side
-   * (`"tenant-42:"`), invisibly to the browser. A function gets the upgrade request.
+   * (`"tenant-42:"`), invisibly to the browser. A function gets the upgrade request: derive
+   * the prefix from what you authenticated (a verified cookie or token), never from what
+   * the page merely asks for. A prefix with whitespace or control characters is refused.
    */
   keyPrefix?: string | ((request: Request) => string | Promise<string>);
   /** Release a session's held locks when its socket closes. Default `true` (else the lease covers). */
   releaseOnClose?: boolean;
   /** Most WebSocket sessions at once; more are refused with 503. Default 1000. */
   maxSessions?: number;
-  /** Most requests in flight per session; more are answered `E`. Default 100. */
+  /** Most acquires in flight per session; more are answered `E` (releases and extends always pass). Default 100. */
   maxInFlight?: number;
   /** Only upgrade requests to this path (e.g. `/lockd`). Default: any path. */
   path?: string;
@@ -118,26 +125,81 @@ export function createBridgeHandler(options: BridgeOptions): BridgeHandler {
   if (options.client === undefined && options.servers === undefined) {
     throw new TypeError("createBridgeHandler needs `servers` or `client`");
   }
-  const client = options.client ?? new LockClient(options.servers!);
-  const ownsClient = options.client === undefined;
-  const internals = clientInternals.get(client)!;
+  const shared = options.client === undefined ? undefined : clientInternals.get(options.client)!;
+  const allowed = options.allowedOrigins?.map(normalizeOrigin);
   const sessions = new Set<BridgeSession>();
   const groups = new Map<string, ClientGroup>();
   const maxSessions = options.maxSessions ?? 1000;
   const releaseOnClose = options.releaseOnClose ?? true;
+  let upgrading = 0;
   let closing = false;
+
+  /** A new client's relay: its own connection with `servers` (closing it drops its queued
+   * acquires on lockd), or the shared client. */
+  const relayFor = (): { relay: ClientInternals; client?: LockClient } => {
+    if (shared !== undefined) return { relay: shared };
+    const client = new LockClient(options.servers!, { connectionsPerAddress: 1 });
+    return { relay: clientInternals.get(client)!, client };
+  };
+
+  const upgradeSession = async (request: Request, url: URL): Promise<Response> => {
+    if (!originAllowed(request, allowed)) return FORBIDDEN();
+    if (options.authorize && !(await options.authorize(request))) {
+      return new Response("Unauthorized\n", { status: 401 });
+    }
+    const prefix = typeof options.keyPrefix === "function"
+      ? await options.keyPrefix(request)
+      : options.keyPrefix ?? "";
+    if (typeof prefix !== "string" || (prefix !== "" && keyError(prefix) !== undefined)) {
+      // A prefix with a space or line break would let a page write raw protocol lines.
+      console.error(
+        `lockd bridge: refusing a session: invalid key prefix ${JSON.stringify(prefix)}`,
+      );
+      return new Response("Invalid key prefix\n", { status: 500 });
+    }
+    let upgraded: { socket: WebSocket; response: Response };
+    try {
+      upgraded = Deno.upgradeWebSocket(request);
+    } catch {
+      return new Response("Bad WebSocket upgrade\n", { status: 400 });
+    }
+    // The connections of one LockClient carry the same `client` id: they share grants, and
+    // what they hold is released once the last of them closes.
+    const clientId = url.searchParams.get("client");
+    const groupKey = clientId === null ? undefined : `${prefix}\u0000${clientId}`;
+    let group = groupKey === undefined ? undefined : groups.get(groupKey);
+    if (group === undefined) {
+      const { relay, client } = relayFor();
+      group = new ClientGroup(relay, client, releaseOnClose, () => {
+        if (groupKey !== undefined) groups.delete(groupKey);
+      });
+      if (groupKey !== undefined) groups.set(groupKey, group);
+    }
+    const session = new BridgeSession(upgraded.socket, group, {
+      prefix,
+      maxInFlight: options.maxInFlight ?? 100,
+      onEnd: () => sessions.delete(session),
+    });
+    sessions.add(session);
+    return upgraded.response;
+  };
 
   const handler = async (request: Request): Promise<Response> => {
     const url = new URL(request.url);
     const upgrade = request.headers.get("upgrade")?.toLowerCase() === "websocket";
     if (!upgrade) {
-      if (request.method === "GET" && url.pathname === "/client.js" && options.clientScript) {
-        return new Response(options.clientScript, {
-          headers: { "content-type": "text/javascript; charset=utf-8" },
+      const get = request.method === "GET" || request.method === "HEAD";
+      if (get && url.pathname === "/client.js" && options.clientScript) {
+        // Public code: any page may import it (connecting is what the origin check guards).
+        return new Response(request.method === "HEAD" ? null : options.clientScript, {
+          headers: {
+            "content-type": "text/javascript; charset=utf-8",
+            "access-control-allow-origin": "*",
+          },
         });
       }
-      if (request.method === "GET" && url.pathname === "/" && options.page) {
-        return new Response(options.page, {
+      if (get && url.pathname === "/" && options.page) {
+        return new Response(request.method === "HEAD" ? null : options.page, {
           headers: { "content-type": "text/html; charset=utf-8" },
         });
       }
@@ -146,42 +208,27 @@ export function createBridgeHandler(options: BridgeOptions): BridgeHandler {
     if (options.path !== undefined && url.pathname !== options.path) {
       return new Response("Not found\n", { status: 404 });
     }
-    if (!originAllowed(request, options.allowedOrigins)) return FORBIDDEN();
-    if (options.authorize && !(await options.authorize(request))) {
-      return new Response("Unauthorized\n", { status: 401 });
-    }
-    if (closing || sessions.size >= maxSessions) {
+    // Count upgrades under way too: the checks below await.
+    if (closing || sessions.size + upgrading >= maxSessions) {
       return new Response("Too many sessions\n", { status: 503 });
     }
-    const prefix = typeof options.keyPrefix === "function"
-      ? await options.keyPrefix(request)
-      : options.keyPrefix ?? "";
-    // The connections of one LockClient carry the same `client` id: they share grants, and
-    // what they hold is released once the last of them closes.
-    const clientId = url.searchParams.get("client");
-    const groupKey = clientId === null ? undefined : `${prefix}\u0000${clientId}`;
-    let group = groupKey === undefined ? undefined : groups.get(groupKey);
-    if (group === undefined) {
-      group = new ClientGroup(internals, releaseOnClose, () => {
-        if (groupKey !== undefined) groups.delete(groupKey);
-      });
-      if (groupKey !== undefined) groups.set(groupKey, group);
+    upgrading++;
+    try {
+      return await upgradeSession(request, url);
+    } catch (error) {
+      console.error(
+        `lockd bridge: refusing a session: ${error instanceof Error ? error.message : error}`,
+      );
+      return new Response("Internal error\n", { status: 500 });
+    } finally {
+      upgrading--;
     }
-    const { socket, response } = Deno.upgradeWebSocket(request);
-    const session = new BridgeSession(socket, internals, group, {
-      prefix,
-      maxInFlight: options.maxInFlight ?? 100,
-      onEnd: () => sessions.delete(session),
-    });
-    sessions.add(session);
-    return response;
   };
 
   return Object.assign(handler, {
     async close(): Promise<void> {
       closing = true;
       await Promise.all([...sessions].map((s) => s.end()));
-      if (ownsClient) await client.close();
     },
   });
 }
@@ -222,11 +269,20 @@ export function serveBridge(options: ServeBridgeOptions): BridgeServer {
   };
 }
 
+/** `https://App.example.com:443/` → `https://app.example.com`; unparsable stays as is. */
+function normalizeOrigin(origin: string): string {
+  try {
+    return new URL(origin).origin;
+  } catch {
+    return origin;
+  }
+}
+
 /** Same host, or a listed origin; requests without `Origin` (not from a browser) pass. */
 function originAllowed(request: Request, allowed: readonly string[] | undefined): boolean {
   const origin = request.headers.get("origin");
   if (origin === null) return true;
-  if (allowed !== undefined) return allowed.includes(origin);
+  if (allowed !== undefined) return allowed.includes(normalizeOrigin(origin));
   try {
     return new URL(origin).host === new URL(request.url).host;
   } catch {
@@ -245,15 +301,24 @@ interface SessionOptions {
  * grants any of them obtained, released when the last session closes (`releaseOnClose`).
  */
 class ClientGroup {
+  /** How this client's requests reach lockd. */
+  readonly relay: ClientInternals;
+  /** Its own connection to lockd (with `servers`), closed when the client leaves. */
+  #client: LockClient | undefined;
   /** Grants held: lockd key → tokens. */
   #held = new Map<string, Set<bigint>>();
   #sessions = 0;
-  #relay: ClientInternals;
   #releaseOnClose: boolean;
   #onEmpty: () => void;
 
-  constructor(relay: ClientInternals, releaseOnClose: boolean, onEmpty: () => void) {
-    this.#relay = relay;
+  constructor(
+    relay: ClientInternals,
+    client: LockClient | undefined,
+    releaseOnClose: boolean,
+    onEmpty: () => void,
+  ) {
+    this.relay = relay;
+    this.#client = client;
     this.#releaseOnClose = releaseOnClose;
     this.#onEmpty = onEmpty;
   }
@@ -278,7 +343,10 @@ class ClientGroup {
     if (tokens?.size === 0) this.#held.delete(key);
   }
 
-  /** A session closed; the last one out releases what the client held. */
+  /**
+   * A session closed; the last one out releases what the client held, then closes its own
+   * connection to lockd (with `servers`), which drops its queued acquires there.
+   */
   async leave(): Promise<void> {
     if (--this.#sessions > 0) return;
     this.#onEmpty();
@@ -286,15 +354,17 @@ class ClientGroup {
       [...tokens].map((t) => [key, t] as const)
     );
     this.#held.clear();
-    if (!this.#releaseOnClose) return;
-    await Promise.all(held.map(([key, token]) => this.#relay.release(key, token).catch(() => {})));
+    if (this.#releaseOnClose) {
+      await Promise.all(held.map(([key, token]) => this.relay.release(key, token).catch(() => {})));
+    }
+    // Closing this client's own connection drops its queued acquires on lockd.
+    await this.#client?.close();
   }
 }
 
 /** One WebSocket: relays its lines, keeps reply order per (op, key), tracks its locks. */
 class BridgeSession {
   #socket: WebSocket;
-  #relay: ClientInternals;
   #group: ClientGroup;
   #options: SessionOptions;
   /** Replies not sent yet, per (op, key), in request order. */
@@ -305,14 +375,8 @@ class BridgeSession {
   #end!: () => void;
   #cleanups: Promise<unknown>[] = [];
 
-  constructor(
-    socket: WebSocket,
-    relay: ClientInternals,
-    group: ClientGroup,
-    options: SessionOptions,
-  ) {
+  constructor(socket: WebSocket, group: ClientGroup, options: SessionOptions) {
     this.#socket = socket;
-    this.#relay = relay;
     this.#group = group;
     this.#options = options;
     group.join();
@@ -360,7 +424,7 @@ class BridgeSession {
     }
     const { op, key } = request;
     const target = this.#options.prefix + key;
-    if (utf8Length(target) > MAX_KEY_BYTES) {
+    if (utf8Length(target) > MAX_KEY_BYTES) { // The prefix itself is checked at upgrade.
       this.#reply(
         op,
         key,
@@ -368,8 +432,9 @@ class BridgeSession {
       );
       return;
     }
-    if (this.#inFlight >= this.#options.maxInFlight) {
-      this.#reply(op, key, "E too many requests in flight on this session");
+    // Only acquires count: a release or an extend must always get through.
+    if (request.op === "A" && this.#inFlight >= this.#options.maxInFlight) {
+      this.#reply(op, key, "E too many acquires in flight on this session");
       return;
     }
     if (request.op !== "A" && !this.#group.holds(target, request.token)) {
@@ -379,11 +444,12 @@ class BridgeSession {
     }
     const line = `${op} ${target}${data.slice(op.length + 1 + key.length)}`;
     const slot = this.#slot(op, key);
-    this.#inFlight++;
-    this.#relay.exchange(op, target, line).then((reply) => {
+    const counted = request.op === "A";
+    if (counted) this.#inFlight++;
+    this.#group.relay.exchange(op, target, line).then((reply) => {
       if (this.#closed) {
         // The page is gone: a late grant is released at once.
-        if (reply.status === "A") this.#track(this.#relay.release(target, reply.token!));
+        if (reply.status === "A") this.#track(this.#group.relay.release(target, reply.token!));
         return;
       }
       if (reply.status === "A") this.#group.hold(target, reply.token!);
@@ -400,7 +466,9 @@ class BridgeSession {
       // No usable lockd connection (or the client closed): let the page's client retry.
       slot.text = "E no active node";
       this.#flush(op, key);
-    }).finally(() => this.#inFlight--);
+    }).finally(() => {
+      if (counted) this.#inFlight--;
+    });
   }
 
   /** Reserves the next reply slot of (op, key). */

@@ -66,6 +66,11 @@ export interface LockClientOptions {
   autoExtend?: boolean;
   /** Opens connections; replaces TCP/WebSocket (for tests, or custom transports). */
   connect?: Connect;
+  /**
+   * Connections kept to each address. Default (SPEC §3): two for a single address, so one
+   * dropping does not interrupt service; one each when there are several.
+   */
+  connectionsPerAddress?: number;
 }
 
 /**
@@ -181,7 +186,9 @@ export class LockClient implements AsyncDisposable {
   #closed: Promise<void> | undefined;
   #locks = new Set<HeldLock>();
   #background = new Set<Promise<unknown>>();
-  #options: Required<Omit<LockClientOptions, "connect">> & { connect: Connect };
+  #options: Required<Omit<LockClientOptions, "connect" | "connectionsPerAddress">> & {
+    connect: Connect;
+  };
   #owner: LockOwner;
   /** Decaying maximum of measured round trips (ms): an upper bound of one-way latency. */
   #latency = 0;
@@ -230,8 +237,15 @@ export class LockClient implements AsyncDisposable {
       autoExtend: options.autoExtend ?? false,
       connect: options.connect ?? connectTransport,
     };
-    for (const address of addresses.values()) this.#addSlot(address);
-    if (addresses.size === 1) this.#addSlot([...addresses.values()][0]);
+    const perAddress = options.connectionsPerAddress ?? (addresses.size === 1 ? 2 : 1);
+    if (!Number.isInteger(perAddress) || perAddress < 1) {
+      throw new TypeError(
+        `connectionsPerAddress must be a whole number above 0, got ${perAddress}`,
+      );
+    }
+    for (let i = 0; i < perAddress; i++) {
+      for (const address of addresses.values()) this.#addSlot(address);
+    }
     this.#owner = {
       extend: (key, token, leaseMs) => this.#extend(key, token, leaseMs),
       release: (key, token) => this.#release(key, token),
@@ -429,9 +443,22 @@ export class LockClient implements AsyncDisposable {
       closed: this.#closing.signal,
       roundTrip: (ms) => this.#latency = Math.max(ms, this.#latency * 0.9),
       staleAfterMs: this.#options.staleConnectionMs,
+      lost: () => this.#connectionLost(),
     });
     this.#slots.push(slot);
     return slot;
+  }
+
+  /**
+   * A connection dropped. A bridge releases what a client holds once its last WebSocket
+   * closes: with no bridge connection left, every held lock is suspected lost.
+   */
+  #connectionLost(): void {
+    const bridged = this.#slots.filter((s) => s.address.scheme !== "tcp");
+    if (bridged.length === 0 || bridged.some((s) => s.up) || this.#closing.signal.aborted) return;
+    for (const lock of this.#locks) {
+      lock.lose("every connection to the bridge dropped, and the bridge releases its locks", false);
+    }
   }
 
   /** Keeps a background promise from being unhandled and lets close() wait for it. */

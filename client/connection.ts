@@ -42,6 +42,8 @@ export interface SlotOptions {
    * third of it. In ms.
    */
   staleAfterMs: number;
+  /** The connection dropped (after its requests were failed). */
+  lost(): void;
 }
 
 /** A connection to one address that comes back by itself. */
@@ -107,6 +109,8 @@ export class Slot {
     if (transport === undefined) return Promise.reject(new ConnectionLost(this.address.key));
     return new Promise<Reply>((settled, reject) => {
       const id = `${op} ${key}`;
+      // Silence is measured from now if nothing was outstanding: idle time is not silence.
+      if (this.#outstanding === 0) this.#lastReceived = performance.now();
       this.#outstanding++;
       this.#watch();
       const done = (reply: Reply) => {
@@ -227,6 +231,7 @@ export class Slot {
     this.#transport = undefined;
     this.#failAll(this.#lastError);
     this.#scheduleReconnect();
+    this.#options.lost();
   }
 
   #scheduleReconnect(): void {

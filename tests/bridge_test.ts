@@ -510,7 +510,7 @@ Deno.test("bridge maxInFlight answers E over the limit, per session", async () =
     ws.send("A flight:2 30 0");
     assert.equal(
       await ws.request("A flight:3 30 0"),
-      "A flight:3 E too many requests in flight on this session",
+      "A flight:3 E too many acquires in flight on this session",
     );
     // Another session has its own budget.
     const other = await f.ws();
@@ -758,4 +758,99 @@ Deno.test("bridge rides through a lockd restart", async () => {
     await second?.stop();
     await Deno.remove(first.dataDir, { recursive: true });
   }
+});
+
+Deno.test("bridge lets releases and extends through when acquires fill maxInFlight", async () => {
+  await withBridge({ maxInFlight: 1 }, async (f) => {
+    const raw = await f.raw();
+    const ws = await f.ws();
+    const mine = tokenOf(await ws.request("A budget:mine 30 0"), "budget:mine");
+    tokenOf(await raw.request("A budget:busy 30 0"), "budget:busy");
+    ws.send("A budget:busy 30 0"); // queued: the one acquire in flight
+    assert.equal(await ws.request(`X budget:mine ${mine} 60`), "X budget:mine X");
+    assert.equal(await ws.request(`R budget:mine ${mine}`), "R budget:mine R");
+  });
+});
+
+Deno.test("bridge drops a closed page's queued acquires on lockd (its own connection closes)", async () => {
+  await withBridge({}, async (f) => {
+    const raw = await f.raw();
+    const holder = tokenOf(await raw.request("A orphan:k 30 0"), "orphan:k");
+    const page = await f.ws();
+    page.send("A orphan:k 30 0");
+    await page.silentFor(100); // queued behind the holder
+    await page.close();
+    const next = await f.raw();
+    await next.send("A orphan:k 30 0");
+    assert.ok(await next.silentFor(100), "queued behind the holder");
+    assert.equal(await raw.request(`R orphan:k ${holder}`), "R orphan:k R");
+    // No orphan was granted (and released) in between: the next token is the very next one.
+    assert.equal(tokenOf(await next.readLine(), "orphan:k"), holder + 1n);
+  });
+});
+
+Deno.test("bridge keeps a queued acquire alive on a connection that was idle for a while", async () => {
+  await withBridge({}, async (f) => {
+    const raw = await f.raw();
+    const holder = tokenOf(await raw.request("A idle:k 30 0"), "idle:k");
+    const client = f.client();
+    await client.tryAcquire("idle:warm"); // connections up
+    await delay(2500); // idle longer than a third of the stale-connection timeout
+    const waiting = client.acquire("idle:k", { wait: 10 });
+    await delay(2500);
+    assert.equal(await raw.request(`R idle:k ${holder}`), "R idle:k R");
+    const lock = await waiting;
+    assert.ok(lock.token > holder);
+    await lock.release();
+  });
+});
+
+Deno.test("bridge refuses a key prefix that could inject protocol lines", async () => {
+  await withBridge(
+    { keyPrefix: (r) => `t-${new URL(r.url).searchParams.get("tenant")}:` },
+    async (f) => {
+      const good = await f.ws("?tenant=acme");
+      tokenOf(await good.request("A inj:k 30 0"), "inj:k");
+      const injected = encodeURIComponent("x 30 0\nR t-acme:inj:k 1\nA y");
+      assert.equal(await refusedUpgrade(f.url + "?tenant=" + injected), 500);
+      assert.equal(await refusedUpgrade(f.url + "?tenant=a%20b"), 500);
+    },
+  );
+});
+
+Deno.test("bridge answers a malformed upgrade with 400 and normalises allowed origins", async () => {
+  await withBridge({ allowedOrigins: ["https://App.Example.com:443/"] }, async (f) => {
+    const url = `http://127.0.0.1:${f.bridge.addr.port}/`;
+    const bad = await fetch(url, { headers: { upgrade: "websocket", connection: "upgrade" } });
+    await bad.body?.cancel();
+    assert.equal(bad.status, 400);
+    assert.ok(await accepted(f.url, { origin: "https://app.example.com" }));
+    assert.equal(await refusedUpgrade(f.url, { origin: "https://evil.example.com" }), 403);
+  });
+});
+
+Deno.test("bridge serves /client.js to pages of any origin (CORS) and answers HEAD", async () => {
+  await withBridge({ clientScript: "export const x = 1;\n" }, async (f) => {
+    const url = `http://127.0.0.1:${f.bridge.addr.port}/client.js`;
+    const get = await fetch(url, { headers: { origin: "https://app.example.com" } });
+    assert.equal(get.headers.get("access-control-allow-origin"), "*");
+    assert.equal(await get.text(), "export const x = 1;\n");
+    const head = await fetch(url, { method: "HEAD" });
+    await head.body?.cancel();
+    assert.equal(head.status, 200);
+  });
+});
+
+Deno.test("bridge counts upgrades under way against maxSessions", async () => {
+  await withBridge({
+    maxSessions: 2,
+    keyPrefix: async () => {
+      await delay(200);
+      return "";
+    },
+  }, async (f) => {
+    const opened = await Promise.allSettled(Array.from({ length: 6 }, () => f.ws()));
+    const open = opened.filter((o) => o.status === "fulfilled").length;
+    assert.equal(open, 2, `${open} sessions opened with maxSessions 2`);
+  });
 });

@@ -219,6 +219,7 @@ var Slot = class {
     if (transport === void 0) return Promise.reject(new ConnectionLost(this.address.key));
     return new Promise((settled, reject) => {
       const id = `${op} ${key}`;
+      if (this.#outstanding === 0) this.#lastReceived = performance.now();
       this.#outstanding++;
       this.#watch();
       const done = (reply) => {
@@ -338,6 +339,7 @@ var Slot = class {
     this.#transport = void 0;
     this.#failAll(this.#lastError);
     this.#scheduleReconnect();
+    this.#options.lost();
   }
   #scheduleReconnect() {
     if (this.#options.closed.aborted || this.#reconnectTimer !== void 0) return;
@@ -738,10 +740,13 @@ var LockClient = class {
       autoExtend: options.autoExtend ?? false,
       connect: options.connect ?? connectTransport
     };
-    for (const address of addresses.values()) this.#addSlot(address);
-    if (addresses.size === 1) this.#addSlot([
-      ...addresses.values()
-    ][0]);
+    const perAddress = options.connectionsPerAddress ?? (addresses.size === 1 ? 2 : 1);
+    if (!Number.isInteger(perAddress) || perAddress < 1) {
+      throw new TypeError(`connectionsPerAddress must be a whole number above 0, got ${perAddress}`);
+    }
+    for (let i = 0; i < perAddress; i++) {
+      for (const address of addresses.values()) this.#addSlot(address);
+    }
     this.#owner = {
       extend: (key, token, leaseMs) => this.#extend(key, token, leaseMs),
       release: (key, token) => this.#release(key, token),
@@ -893,10 +898,22 @@ var LockClient = class {
       connectTimeoutMs: this.#options.connectTimeoutMs,
       closed: this.#closing.signal,
       roundTrip: (ms) => this.#latency = Math.max(ms, this.#latency * 0.9),
-      staleAfterMs: this.#options.staleConnectionMs
+      staleAfterMs: this.#options.staleConnectionMs,
+      lost: () => this.#connectionLost()
     });
     this.#slots.push(slot);
     return slot;
+  }
+  /**
+   * A connection dropped. A bridge releases what a client holds once its last WebSocket
+   * closes: with no bridge connection left, every held lock is suspected lost.
+   */
+  #connectionLost() {
+    const bridged = this.#slots.filter((s) => s.address.scheme !== "tcp");
+    if (bridged.length === 0 || bridged.some((s) => s.up) || this.#closing.signal.aborted) return;
+    for (const lock of this.#locks) {
+      lock.lose("every connection to the bridge dropped, and the bridge releases its locks", false);
+    }
   }
   /** Keeps a background promise from being unhandled and lets close() wait for it. */
   #track(promise) {
