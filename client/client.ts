@@ -59,7 +59,7 @@ export interface LockClientOptions {
   /**
    * A connection with requests outstanding that receives nothing (not even the answer to a
    * `?` probe sent after a third of this) for this long is dropped, and its requests move
-   * to the next connection: a frozen or unreachable node. Default 3000 ms.
+   * to the next connection: a frozen or unreachable node. Default 2000 ms.
    */
   staleConnectionMs?: number;
   /** Default of {@linkcode AcquireOptions.autoExtend} for every acquire. Default `false`. */
@@ -233,7 +233,7 @@ export class LockClient implements AsyncDisposable {
       retryTimeoutMs: options.retryTimeoutMs ?? 10_000,
       releaseRetryMs: options.releaseRetryMs ?? 5000,
       releaseRetryIntervalMs: options.releaseRetryIntervalMs ?? 200,
-      staleConnectionMs: options.staleConnectionMs ?? 3000,
+      staleConnectionMs: options.staleConnectionMs ?? 2000,
       autoExtend: options.autoExtend ?? false,
       connect: options.connect ?? connectTransport,
     };

@@ -259,6 +259,7 @@ export class HeldLock implements Lock {
       this.#renewTimer = setTimeout(() => this.#renewIn(ms - MAX_DELAY_MS), MAX_DELAY_MS);
       return;
     }
+    ms = Math.max(0, ms); // A renewal already due (a late reply, a frozen process): now.
     this.#renewTimer = setTimeout(() => {
       this.#renewTimer = undefined;
       this.#extend(this.#leaseMs).catch((error) => {

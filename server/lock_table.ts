@@ -258,6 +258,13 @@ export class LockTable<T> {
     return true;
   }
 
+  /** Every queued acquire's ticket, each key's queue in order. Walks all keys: never on a hot path. */
+  *queued(): IterableIterator<T> {
+    for (const lock of this.#locks.values()) {
+      for (let w = lock.head; w !== null; w = w.next) yield w.ticket as T;
+    }
+  }
+
   /** Every current grant, for a snapshot. Walks all keys: never on a hot path. */
   *holders(): IterableIterator<HeldLock> {
     this.advance();

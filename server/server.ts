@@ -110,9 +110,7 @@ export class LockServer {
         table: this.#table,
         tokens,
         clock,
-        answerQueued: (status) => {
-          for (const session of this.#connections.values()) session.answerQueued(status);
-        },
+        answerQueued: (status) => this.#answerQueued(status),
         unpark: () => this.#unpark(),
         resumeTimers: () => {
           this.#ticker.fire();
@@ -187,7 +185,7 @@ export class LockServer {
     // Requests parked during a handover that did not complete get the same answer.
     this.#unpark();
     if (!handedOver) {
-      for (const session of this.#connections.values()) session.answerQueued("E shutting down");
+      this.#answerQueued("E shutting down");
     }
     for (const conn of this.#connections.keys()) conn.closeAfterFlush();
     endBatchSoon();
@@ -210,6 +208,15 @@ export class LockServer {
       this.#exitCode = 1;
     }
     this.#finish(this.#exitCode);
+  }
+
+  /**
+   * Answers every queued acquire with `status`, each key's waiters in queue order: replies
+   * go out in that order, so redirected clients resend (and queue again) in that order.
+   */
+  #answerQueued(status: string): void {
+    for (const ticket of [...this.#table.queued()]) ticket.session.answerQueued(ticket, status);
+    endBatchSoon();
   }
 
   #unpark(): void {
@@ -262,7 +269,7 @@ export class LockServer {
           // A peer introduces itself with `PEER 1 <address>` (docs/cluster.md).
           if (text.startsWith("PEER ") && this.#cluster !== undefined) {
             this.#connections.delete(conn);
-            const peer = this.#cluster.accept(text.split(" ")[2] ?? "", () => {});
+            const peer = this.#cluster.accept(text.split(" ")[2] ?? "", () => conn.close());
             if (peer === undefined) conn.close();
             else conn.handler = peer;
             return;

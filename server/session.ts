@@ -120,6 +120,9 @@ export class ClientSession implements LineHandler {
 
   /** Handles one request line. */
   line(text: string): void {
+    // A request parked while the role was unsettled, whose connection closed meanwhile:
+    // nothing may be granted to it.
+    if (this.#closed) return;
     const gate = this.#ctx.gate?.();
     if (gate?.kind === "park") {
       this.#ctx.park!(this, text);
@@ -201,17 +204,13 @@ export class ClientSession implements LineHandler {
   }
 
   /**
-   * Answers every queued acquire with `reply` (e.g. `E shutting down` or `M host:port`),
+   * Answers a queued acquire with `status` (e.g. `E shutting down` or `M host:port`),
    * taking it out of the table first so it can never be granted afterwards.
    */
-  answerQueued(status: string): void {
-    for (const tickets of [...this.#queued.values()]) {
-      for (const ticket of [...tickets]) {
-        if (ticket.waiter === undefined) continue;
-        this.#ctx.table.cancel(ticket.waiter);
-        this.settle(ticket, `A ${ticket.key} ${status}`);
-      }
-    }
+  answerQueued(ticket: Ticket, status: string): void {
+    if (ticket.waiter === undefined) return;
+    this.#ctx.table.cancel(ticket.waiter);
+    this.settle(ticket, `A ${ticket.key} ${status}`);
   }
 
   /** The connection closed: its queued acquires leave the table (never granted to it). */

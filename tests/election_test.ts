@@ -25,6 +25,7 @@ function self(priority: number, fields: Partial<SelfView> = {}): SelfView {
     synced: false,
     // A node in sync holds a replica; tests set `replica` alone for a stream that stopped.
     replica: fields.synced ?? false,
+    floor: 0n,
     activation: undefined,
     sinceActiveMs: TIMEOUT + 1,
     ...fields,
@@ -39,6 +40,8 @@ function peer(priority: number, role: Role, fields: Partial<PeerView> = {}): Pee
     role,
     synced: false,
     replica: fields.synced ?? false,
+    floor: 0n,
+    activeAddress: undefined,
     activation: undefined,
     ...fields,
   };
@@ -315,4 +318,28 @@ Deno.test("decide() never lets a node that restarted empty win over a replica", 
     const peers = [peer(0, "starting"), peer(2, "standby", { replica: true })];
     assert.deepEqual(decide(me, peers, TIMEOUT), PROMOTE);
   });
+});
+
+Deno.test("decide() prefers the replica of the most recent activation", async (t) => {
+  // Node 1 was paused while node 2 became active and node 3 replicated it; node 2 died.
+  await t.step("does keep the stale higher-priority replica waiting", () => {
+    const me = self(1, { replica: true, floor: 100n });
+    assert.deepEqual(
+      decide(me, [peer(3, "standby", { replica: true, floor: 900n })], TIMEOUT),
+      NONE,
+    );
+  });
+  await t.step("does promote the fresher lower-priority replica", () => {
+    const me = self(3, { replica: true, floor: 900n });
+    assert.deepEqual(
+      decide(me, [peer(1, "standby", { replica: true, floor: 100n })], TIMEOUT),
+      PROMOTE,
+    );
+  });
+});
+
+Deno.test("decide() follows an active that only a peer can hear (partial partition)", () => {
+  const me = self(1);
+  const relay = peer(2, "standby", { synced: true, activeAddress: ADDRESSES[0] });
+  assert.deepEqual(decide(me, [relay], TIMEOUT), { kind: "follow", address: ADDRESSES[0] });
 });

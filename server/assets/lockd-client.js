@@ -591,6 +591,7 @@ var HeldLock = class {
       this.#renewTimer = setTimeout(() => this.#renewIn(ms - MAX_DELAY_MS), MAX_DELAY_MS);
       return;
     }
+    ms = Math.max(0, ms);
     this.#renewTimer = setTimeout(() => {
       this.#renewTimer = void 0;
       this.#extend(this.#leaseMs).catch((error) => {
@@ -736,7 +737,7 @@ var LockClient = class {
       retryTimeoutMs: options.retryTimeoutMs ?? 1e4,
       releaseRetryMs: options.releaseRetryMs ?? 5e3,
       releaseRetryIntervalMs: options.releaseRetryIntervalMs ?? 200,
-      staleConnectionMs: options.staleConnectionMs ?? 3e3,
+      staleConnectionMs: options.staleConnectionMs ?? 2e3,
       autoExtend: options.autoExtend ?? false,
       connect: options.connect ?? connectTransport
     };

@@ -5,7 +5,10 @@
  * - Among live nodes, the highest-priority one holding a replica of the last active's state
  *   becomes active (or the highest-priority live node at all when none holds one, e.g. a
  *   cold start): a node that restarted empty never wins over a replica.
- * - A standby follows the highest-priority live node that claims to be active.
+ * - A standby follows the highest-priority live node that claims to be active (or that a
+ *   live peer reports as its live active: a partial partition must not make a second one).
+ * - Among replicas, the freshest activation's win: a replica that missed an activation
+ *   never overrides one that saw it.
  * - An active that sees a higher-priority active steps down and hands its state over
  *   (demotion); an active that sees a higher-priority standby in sync with it hands over
  *   (failback). Handovers always go from lower to higher priority, so they cannot loop.
@@ -28,6 +31,10 @@ export interface PeerView {
   synced: boolean;
   /** Whether it holds a complete replica of some active's state (even if no longer streaming). */
   replica: boolean;
+  /** First-token floor of the activation its state belongs to: higher is more recent. */
+  floor: bigint;
+  /** The active it follows, if that one is live from where it stands. */
+  activeAddress: string | undefined;
   /** The activation it is in sync with (a standby) or its own (an active), if any. */
   activation: string | undefined;
 }
@@ -44,6 +51,8 @@ export interface SelfView {
   synced: boolean;
   /** Whether it holds a complete replica of some active's state (even if no longer streaming). */
   replica: boolean;
+  /** First-token floor of the activation its state belongs to: higher is more recent. */
+  floor: bigint;
   /** Its own activation id while active. */
   activation: string | undefined;
   /** Milliseconds since it last heard a live active (or since it started). */
@@ -69,8 +78,8 @@ export type Decision =
  * ```ts
  * import { decide } from "./election.ts";
  * decide(
- *   { address: "b", priority: 1, role: "standby", synced: true, replica: true, activation: undefined, sinceActiveMs: 1200 },
- *   [{ address: "c", priority: 2, role: "standby", synced: true, replica: true, activation: "x" }],
+ *   { address: "b", priority: 1, role: "standby", synced: true, replica: true, floor: 5n, activation: undefined, sinceActiveMs: 1200 },
+ *   [{ address: "c", priority: 2, role: "standby", synced: true, replica: true, floor: 5n, activeAddress: undefined, activation: "x" }],
  *   1000,
  * ); // { kind: "promote" }
  * ```
@@ -95,21 +104,32 @@ export function decide(
   }
   if (self.role !== "standby" && self.role !== "starting") return { kind: "none" };
   if (actives.length > 0) return { kind: "follow", address: actives[0].address };
+  // An active this node cannot hear but a live peer can (a partial partition): it is alive,
+  // so follow it (clients get `M` to it) rather than promote a second one.
+  const relayed = peers
+    .filter((p) => p.activeAddress !== undefined && p.activeAddress !== self.address)
+    .sort((a, b) => a.priority - b.priority)[0];
+  if (relayed !== undefined) return { kind: "follow", address: relayed.activeAddress! };
   if (self.sinceActiveMs < failoverTimeoutMs) return { kind: "none" };
   // Nobody is active: the highest-priority live node holding a replica of the last state
   // takes over (its stream stopped when the active died); if nobody holds one (a cold
   // start), the highest-priority live node. A node that restarted empty never wins over a
   // replica.
   const candidates = [
-    { priority: self.priority, replica: self.replica, busy: false },
+    { priority: self.priority, replica: self.replica, floor: self.floor, busy: false },
     ...peers.map((p) => ({
       priority: p.priority,
       replica: p.replica,
+      floor: p.floor,
       busy: p.role === "handing-off" || p.role === "leaving",
     })),
   ].filter((c) => !c.busy);
   const anyReplica = candidates.some((c) => c.replica);
-  const eligible = candidates.filter((c) => c.replica || !anyReplica);
+  let eligible = candidates.filter((c) => c.replica || !anyReplica);
+  // Among replicas, those of the most recent activation: a replica that missed an
+  // activation (a paused standby) must not wipe the grants a fresher one holds.
+  const freshest = eligible.reduce((max, c) => c.floor > max ? c.floor : max, 0n);
+  eligible = eligible.filter((c) => !c.replica || c.floor === freshest);
   const best = Math.min(...eligible.map((c) => c.priority));
   return eligible.some((c) => c.priority === self.priority) && best === self.priority
     ? { kind: "promote" }

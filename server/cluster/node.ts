@@ -76,8 +76,26 @@ interface Peer {
   activeAddress: string | undefined;
   synced: boolean;
   replica: boolean;
+  floor: bigint;
   hwm: bigint;
   activation: string | undefined;
+}
+
+/** A holder carried by a handover (`H key token remainingMs` lines). */
+interface Carried {
+  key: string;
+  token: bigint;
+  remainingMs: number;
+}
+
+/** What a `HANDOFF` line says. */
+export interface HandoffHeader {
+  /** The sender's last issued token. */
+  lastToken: bigint;
+  /** The activation the sender replicated before it became active, if any. */
+  predecessor: string | undefined;
+  /** The highest token the sender had seen from that predecessor. */
+  predecessorToken: bigint;
 }
 
 interface Handoff {
@@ -108,6 +126,18 @@ export class ClusterNode {
    * stream has since stopped (the active died): such a node beats one with empty state.
    */
   #replica = false;
+  /**
+   * The first-token floor of the activation this node's state belongs to (its own when
+   * active): a later activation has a higher floor, so a fresher replica wins an election.
+   */
+  #floor = 0n;
+  /** The activation this node replicated and the highest token it saw from it. */
+  #seen: { activation: string | undefined; token: bigint } = { activation: undefined, token: 0n };
+  /** What it replicated before it became active (sent along when it hands over). */
+  #predecessor: { activation: string | undefined; token: bigint } = {
+    activation: undefined,
+    token: 0n,
+  };
   #syncRequestedAt = -Infinity;
   #replicas = new Set<Peer>();
   #handoff: Handoff | undefined;
@@ -145,6 +175,7 @@ export class ClusterNode {
         activeAddress: undefined,
         synced: false,
         replica: false,
+        floor: 0n,
         hwm: 0n,
         activation: undefined,
       });
@@ -178,7 +209,7 @@ export class ClusterNode {
         return PARK;
       default: {
         const active = this.#activeAddress;
-        return active !== undefined && this.#isLive(active)
+        return active !== undefined && this.#isLiveActive(active)
           ? { kind: "refuse", reply: `M ${active}` }
           : { kind: "refuse", reply: "E no active node" };
       }
@@ -193,10 +224,10 @@ export class ClusterNode {
   }
 
   /** A peer introduced itself on an inbound connection: returns the handler of its lines. */
-  accept(address: string, onClose: () => void): LineHandler | undefined {
+  accept(address: string, close: () => void): LineHandler | undefined {
     const peer = this.#peers.get(address);
     if (peer === undefined) return undefined;
-    return new PeerInbound(this, peer, onClose);
+    return new PeerInbound(this, peer, this.#port.clock(), close, () => {});
   }
 
   /** Replication hook: `key` is held by `token` until `deadline`. */
@@ -234,13 +265,19 @@ export class ClusterNode {
       this.#setRole("leaving", "leaving");
       return false;
     }
-    const heir = successor(this.#selfView(), this.#livePeers());
-    if (heir === undefined) {
-      this.#setRole("leaving", "leaving, no standby to hand over to");
-      return false;
+    // The best live standby first; if it does not take over in time (paused, leaving too),
+    // the next one.
+    const tried = new Set<string>();
+    for (;;) {
+      const live = this.#livePeers().filter((p) => !tried.has(p.address));
+      const heir = successor(this.#selfView(), live);
+      if (heir === undefined) break;
+      tried.add(heir.address);
+      if (await this.#handOver(heir.address, true, true)) return true;
+      if (this.#role !== "active") break;
     }
-    const synced = heir.synced && heir.activation === this.#activation;
-    return await this.#handOver(heir.address, !synced, true);
+    this.#setRole("leaving", "leaving, no standby took over");
+    return false;
   }
 
   /** Stops heartbeats and closes peer links. */
@@ -261,21 +298,25 @@ export class ClusterNode {
     peer.lastHeard = this.#port.clock();
   }
 
-  /** `HB role active synced hwm activation replica`. */
+  /** `HB role active synced hwm activation replica floor`. */
   heartbeat(peer: Peer, fields: string[]): void {
-    const [, role, active, synced, hwm, activation, replica] = fields;
+    const [, role, active, synced, hwm, activation, replica, floor] = fields;
     peer.role = role as Role;
     peer.activeAddress = active === "-" ? undefined : active;
     peer.synced = synced === "1";
     peer.replica = replica === "1";
     peer.hwm = /^[0-9]+$/.test(hwm ?? "") ? BigInt(hwm) : 0n;
+    peer.floor = /^[0-9]+$/.test(floor ?? "") ? BigInt(floor) : 0n;
     peer.activation = activation === "-" ? undefined : activation;
     if (peer.role === "active") {
       this.#lastActiveSeen = this.#port.clock();
-      // An active's mark bounds every token it may issue. Every node persists it (so even
-      // a full-cluster restart never reuses a token), and a second active (partition,
-      // paused process) moves above it, so tokens keep growing across the merge.
-      this.#port.tokens.raiseTo(peer.hwm);
+      // An active's mark bounds every token it may issue: every standby persists it, so
+      // even a full-cluster restart never reuses a token. (Two actives do not raise each
+      // other, or they would leapfrog block after block; their merge raises the winner
+      // above the loser's last token.)
+      if (this.#role !== "active" && this.#role !== "handing-off") {
+        this.#port.tokens.raiseTo(peer.hwm);
+      }
     }
   }
 
@@ -283,7 +324,7 @@ export class ClusterNode {
   syncRequested(peer: Peer): void {
     if (this.#role !== "active" || !peer.link.up) return;
     const now = this.#port.clock();
-    peer.link.send(`SNAP ${this.#activation} ${this.#port.tokens.last}`);
+    peer.link.send(`SNAP ${this.#activation} ${this.#port.tokens.last} ${this.#floor}`);
     for (const held of this.#port.table.holders()) {
       peer.link.send(`H ${held.key} ${held.token} ${Math.max(1, Math.ceil(held.deadline - now))}`);
     }
@@ -298,17 +339,20 @@ export class ClusterNode {
       this.#activeAddress === peer.address;
   }
 
-  /** `SNAP activation lastToken`: a snapshot from the followed active begins. */
-  snapshotBegins(lastToken: bigint): void {
+  /** `SNAP activation lastToken floor`: a snapshot from the followed active begins. */
+  snapshotBegins(activation: string, lastToken: bigint, floor: bigint): void {
     this.#synced = false;
     this.#replica = false;
+    this.#floor = floor;
+    this.#seen = { activation, token: lastToken };
     this.#port.table.clear();
     this.#port.tokens.raiseTo(lastToken);
   }
 
-  /** `H key token remainingMs` from the followed active (or during a handover). */
+  /** `H key token remainingMs` from the followed active's stream. */
   applyHeld(key: string, token: bigint, remainingMs: number): void {
     this.#port.tokens.raiseTo(token);
+    if (token > this.#seen.token) this.#seen.token = token;
     this.#port.table.restore(key, token, this.#port.clock() + remainingMs);
   }
 
@@ -342,13 +386,34 @@ export class ClusterNode {
   }
 
   /**
-   * `HANDOFFEND` after `HANDOFF activation lastToken hwm mode`: `peer` hands the active role
-   * (and, in `full` mode, its holders, already merged line by line) to this node.
+   * `HANDOFFEND` after `HANDOFF ...`: `peer` hands the active role to this node, with its
+   * holders in `full` mode (`carried`), or relying on this node's replica in `sync` mode.
+   *
+   * Merging into an active (demotion after a split): when the sender had been this node's
+   * replica before it became active, this node's own grants that the sender had seen
+   * (tokens up to `predecessorToken`) but no longer holds were released or expired over
+   * there since: they are dropped, not resurrected. Every other key keeps the grant with
+   * the higher token.
    */
-  takeOver(peer: Peer, lastToken: bigint): void {
+  takeOver(peer: Peer, header: HandoffHeader, carried: Carried[] | undefined): void {
     if (this.#role === "handing-off" || this.#role === "leaving" || this.#stopped) return;
+    if (carried !== undefined) {
+      const now = this.#port.clock();
+      const table = this.#port.table;
+      if (this.#role === "active" && header.predecessor === this.#activation) {
+        const theirs = new Map(carried.map((c) => [c.key, c.token]));
+        const stale = [...table.holders()].filter((h) =>
+          h.token <= header.predecessorToken && (theirs.get(h.key) ?? 0n) !== h.token
+        );
+        for (const h of stale) table.release(h.key, h.token);
+      }
+      for (const c of carried) {
+        this.#port.tokens.raiseTo(c.token);
+        table.restore(c.key, c.token, now + c.remainingMs);
+      }
+    }
     // Above every token the old active issued: it froze before sending its last token.
-    this.#port.tokens.raiseTo(lastToken);
+    this.#port.tokens.raiseTo(header.lastToken);
     if (this.#role !== "active") this.#becomeActive(`took over from ${peer.address}`);
     else if (this.#suspectSince !== undefined) {
       // The other active's state is merged: nothing left to wait for.
@@ -422,6 +487,12 @@ export class ClusterNode {
     this.#requestSyncIfNeeded(now);
   }
 
+  /** Since when this node knows it was frozen and waits for fresh word from peers. */
+  get frozenSince(): number | undefined {
+    this.#checkFrozen();
+    return this.#suspectSince;
+  }
+
   /** Detects that this process was frozen (e.g. SIGSTOP) long enough for peers to move on. */
   #checkFrozen(now = this.#port.clock()): void {
     if (this.#peers.size === 0 || this.#suspectSince !== undefined) return;
@@ -434,10 +505,11 @@ export class ClusterNode {
     }
   }
 
-  #isLive(address: string): boolean {
+  /** Whether `address` is live here and still claims to be active (or is this active node). */
+  #isLiveActive(address: string): boolean {
     if (address === this.#self) return this.#role === "active";
     const peer = this.#peers.get(address);
-    return peer !== undefined &&
+    return peer !== undefined && peer.role === "active" &&
       this.#port.clock() - peer.lastHeard < this.#options.failoverTimeoutMs;
   }
 
@@ -452,6 +524,8 @@ export class ClusterNode {
         role: p.role,
         synced: p.synced,
         replica: p.replica,
+        floor: p.floor,
+        activeAddress: p.activeAddress,
         activation: p.activation,
       });
     }
@@ -465,6 +539,7 @@ export class ClusterNode {
       role: this.#role,
       synced: this.#synced,
       replica: this.#replica,
+      floor: this.#floor,
       activation: this.#activation,
       sinceActiveMs: this.#port.clock() - this.#lastActiveSeen,
     };
@@ -477,9 +552,14 @@ export class ClusterNode {
     const tokens = this.#port.tokens;
     const active = this.#role === "active" || this.#role === "handing-off";
     const mark = active ? tokens.reserved : tokens.last;
-    const line = `HB ${this.#role} ${this.#activeAddress ?? "-"} ${this.#synced ? 1 : 0} ${mark} ${
+    // Name the active only while it is live here and still active: peers that cannot hear
+    // it themselves (a partial partition) then know it is alive and do not promote.
+    const follows = this.#activeAddress !== undefined && this.#isLiveActive(this.#activeAddress)
+      ? this.#activeAddress
+      : "-";
+    const line = `HB ${this.#role} ${follows} ${this.#synced ? 1 : 0} ${mark} ${
       this.#activation ?? "-"
-    } ${this.#replica ? 1 : 0}`;
+    } ${this.#replica ? 1 : 0} ${this.#floor}`;
     for (const peer of this.#peers.values()) peer.link.send(line);
   }
 
@@ -511,16 +591,25 @@ export class ClusterNode {
   }
 
   #promote(): void {
-    // Token succession: above every token seen replicated or announced, and every peer's
-    // mark, with a block of margin for grants the old active made but had not replicated.
+    // Token succession: above every token seen replicated or announced and every peer's
+    // mark, with two blocks of margin for grants the old active made but had not
+    // replicated; and above the wall clock in microseconds, so that even a node that missed
+    // the latest activation (it died first, then came back alone) starts above it, as long
+    // as clocks agree within the margin and grants stay below a million a second.
     let floor = this.#port.tokens.last;
     for (const peer of this.#peers.values()) if (peer.hwm > floor) floor = peer.hwm;
+    if (this.#peers.size > 0) {
+      const wallMicros = BigInt(Date.now()) * 1000n;
+      if (wallMicros > floor) floor = wallMicros;
+    }
     this.#port.tokens.raiseTo(floor + 2n * this.#options.tokenBlock);
+    this.#predecessor = { ...this.#seen };
     this.#becomeActive(this.#peers.size === 0 ? "single node" : "promoted");
   }
 
   #becomeActive(why: string): void {
     this.#activation = newActivation();
+    this.#floor = this.#port.tokens.last;
     this.#activeAddress = this.#self;
     this.#synced = true;
     this.#replica = true;
@@ -541,14 +630,28 @@ export class ClusterNode {
     if (this.#handoff !== undefined || this.#role !== "active") return Promise.resolve(false);
     const peer = this.#peers.get(address);
     if (peer === undefined || !peer.link.up) return Promise.resolve(false);
+    // `sync` relies on the successor's replica: only for a standby this node streams to now.
+    if (
+      !merge && !(this.#replicas.has(peer) && peer.synced && peer.activation === this.#activation)
+    ) {
+      merge = true;
+    }
     const { promise, resolve } = Promise.withResolvers<boolean>();
     {
-      const timer = setTimeout(() => this.#handOverFailed(), this.#options.failoverTimeoutMs);
+      // A live successor confirms within a round trip; a paused one must not cost a whole
+      // failover timeout before the next is tried.
+      const limit = Math.min(
+        this.#options.failoverTimeoutMs,
+        Math.max(300, 5 * this.#options.heartbeatMs),
+      );
+      const timer = setTimeout(() => this.#handOverFailed(), limit);
       this.#handoff = { to: address, leaving, timer, done: resolve, outcome: promise };
       this.#setRole("handing-off", `handing over to ${address}`);
       const tokens = this.#port.tokens;
       peer.link.send(
-        `HANDOFF ${this.#activation} ${tokens.last} ${tokens.reserved} ${merge ? "full" : "sync"}`,
+        `HANDOFF ${this.#activation} ${tokens.last} ${tokens.reserved} ${merge ? "full" : "sync"} ${
+          this.#predecessor.activation ?? "-"
+        } ${this.#predecessor.token}`,
       );
       if (merge) {
         const now = this.#port.clock();
@@ -599,19 +702,37 @@ class PeerInbound implements LineHandler {
   #node: ClusterNode;
   #peer: Peer;
   #onClose: () => void;
-  /** Inside `HANDOFF` ... `HANDOFFEND`: holders are merged, not replicated. */
-  #handoff: { lastToken: bigint } | undefined;
+  /** Inside `HANDOFF` ... `HANDOFFEND`: the header and the holders carried (full mode). */
+  #handoff: { header: HandoffHeader; carried: Carried[] | undefined } | undefined;
+  /** When this connection was accepted (messages of a frozen node's past are discarded). */
+  #openedAt: number;
+  #close: () => void;
   /** Inside `SNAP` ... `SNAPEND` from the followed active. */
   #snapshot: string | undefined;
 
-  constructor(node: ClusterNode, peer: Peer, onClose: () => void) {
+  constructor(
+    node: ClusterNode,
+    peer: Peer,
+    openedAt: number,
+    close: () => void,
+    onClose: () => void,
+  ) {
     this.#node = node;
     this.#peer = peer;
+    this.#openedAt = openedAt;
+    this.#close = close;
     this.#onClose = onClose;
   }
 
   line(text: string): void {
     const node = this.#node;
+    const frozen = node.frozenSince;
+    if (frozen !== undefined && this.#openedAt < frozen) {
+      // This node was frozen: what waited in this socket is old news (a handover to us from
+      // a node that has left since, heartbeats of the past). Drop it; the peer redials.
+      this.#close();
+      return;
+    }
     const fields = text.split(" ");
     node.heardFrom(this.#peer);
     if (TRACE && (fields[0] !== "HB" || TRACE_HB)) {
@@ -627,7 +748,7 @@ class PeerInbound implements LineHandler {
       case "SNAP":
         if (!node.follows(this.#peer)) return;
         this.#snapshot = fields[1];
-        node.snapshotBegins(BigInt(fields[2]));
+        node.snapshotBegins(fields[1], BigInt(fields[2]), BigInt(fields[3] ?? "0"));
         return;
       case "SNAPEND":
         if (this.#snapshot !== undefined && node.follows(this.#peer)) {
@@ -636,7 +757,13 @@ class PeerInbound implements LineHandler {
         this.#snapshot = undefined;
         return;
       case "H":
-        if (this.#handoff !== undefined || node.follows(this.#peer)) {
+        if (this.#handoff?.carried !== undefined) {
+          this.#handoff.carried.push({
+            key: fields[1],
+            token: BigInt(fields[2]),
+            remainingMs: Number(fields[3]),
+          });
+        } else if (node.follows(this.#peer)) {
           node.applyHeld(fields[1], BigInt(fields[2]), Number(fields[3]));
         }
         return;
@@ -647,11 +774,19 @@ class PeerInbound implements LineHandler {
         if (node.follows(this.#peer)) node.applyMark(BigInt(fields[1]));
         return;
       case "HANDOFF":
-        this.#handoff = { lastToken: BigInt(fields[2]) };
+        // HANDOFF activation lastToken mark sync|full predecessor predecessorToken
+        this.#handoff = {
+          header: {
+            lastToken: BigInt(fields[2]),
+            predecessor: fields[5] === undefined || fields[5] === "-" ? undefined : fields[5],
+            predecessorToken: BigInt(fields[6] ?? "0"),
+          },
+          carried: fields[4] === "full" ? [] : undefined,
+        };
         return;
       case "HANDOFFEND":
         if (this.#handoff !== undefined) {
-          node.takeOver(this.#peer, this.#handoff.lastToken);
+          node.takeOver(this.#peer, this.#handoff.header, this.#handoff.carried);
         }
         this.#handoff = undefined;
         return;
