@@ -1,8 +1,9 @@
 /**
  * The lock rules of SPEC §1, with no I/O: holders, FIFO waiters, leases, wait limits and
- * fencing tokens. Time comes from an injected monotonic clock and every lease and wait
- * limit sits in one {@linkcode DeadlineHeap}, so the rules can be tested with a fake clock
- * and a million leases cost no timers.
+ * fencing tokens. Time comes from an injected monotonic clock; leases sit in the heap of
+ * {@linkcode LockSlots} (held locks stored as a struct of arrays) and wait limits in a
+ * {@linkcode DeadlineHeap}, so the rules can be tested with a fake clock and a million
+ * leases cost no timers.
  *
  * Timing rule: a lease or wait limit with deadline `d` has run out at any time `now >= d`.
  * Every operation first settles everything due at `now` (in deadline order), so a late
@@ -13,6 +14,7 @@
  */
 
 import { DeadlineHeap, type Timed } from "./deadline_heap.ts";
+import { LockSlots } from "./lock_slots.ts";
 
 /** A monotonic clock in milliseconds (e.g. `performance.now`). Wall-clock jumps must not show. */
 export type Clock = () => number;
@@ -39,41 +41,33 @@ export interface LockTableOptions<T> {
   hooks: LockTableHooks<T>;
 }
 
-/** A key with a holder, and perhaps a queue of waiters. A key with waiters always has a holder. */
-class Lock implements Timed {
-  deadline = 0;
-  seq = 0;
-  heapIndex = -1;
-  head: Waiter<unknown> | null = null;
-  tail: Waiter<unknown> | null = null;
-  constructor(readonly key: string, public token: bigint) {}
+/** The FIFO queue of waiters of one held key (a key with waiters always has a holder). */
+interface Queue {
+  head: Waiter<unknown>;
+  tail: Waiter<unknown>;
 }
 
 /** A queued acquire. Returned by {@linkcode LockTable.acquire} so its owner can cancel it. */
 export class Waiter<T> implements Timed {
   /** Wait-limit deadline (ms); meaningful only while scheduled. */
   deadline = 0;
-  /** Heap tie-breaker. */
-  seq = 0;
   /** Heap position, -1 if the waiter has no wait limit or is gone. */
   heapIndex = -1;
   /** Previous waiter in the key's FIFO queue. */
   prev: Waiter<unknown> | null = null;
   /** Next waiter in the key's FIFO queue. */
   next: Waiter<unknown> | null = null;
-  /** The lock it waits for; `null` once granted, timed out or cancelled. */
-  lock: Lock | null;
+  /** The slot of the lock it waits for; -1 once granted, timed out or cancelled. */
+  slot: number;
   /**
-   * @param lock The lock it waits for.
+   * @param slot The slot of the lock it waits for.
    * @param ticket The caller's context for this request.
    * @param leaseMs Lease to start when granted, in milliseconds.
    */
-  constructor(lock: Lock, readonly ticket: T, readonly leaseMs: number) {
-    this.lock = lock;
+  constructor(slot: number, readonly ticket: T, readonly leaseMs: number) {
+    this.slot = slot;
   }
 }
-
-type Entry = Lock | Waiter<unknown>;
 
 /** One holder entry of a snapshot: what a standby needs to keep a grant alive. */
 export interface HeldLock {
@@ -103,8 +97,10 @@ export interface HeldLock {
  * ```
  */
 export class LockTable<T> {
-  #locks = new Map<string, Lock>();
-  #heap = new DeadlineHeap<Entry>();
+  #locks = new LockSlots<Queue>();
+  #waitLimits = new DeadlineHeap<Waiter<T>>();
+  /** Orders equal deadlines across both heaps: the order things were scheduled in. */
+  #seq = 0;
   #clock: Clock;
   #nextToken: () => bigint;
   #hooks: LockTableHooks<T>;
@@ -129,7 +125,11 @@ export class LockTable<T> {
 
   /** Earliest pending deadline (ms), or `undefined` if nothing is pending: when to call {@linkcode advance}. */
   nextDeadline(): number | undefined {
-    return this.#heap.peek()?.deadline;
+    const slot = this.#locks.first();
+    const lease = slot < 0 ? Infinity : this.#locks.deadline(slot);
+    const wait = this.#waitLimits.peek()?.deadline ?? Infinity;
+    const next = lease < wait ? lease : wait;
+    return next === Infinity ? undefined : next;
   }
 
   /**
@@ -139,11 +139,19 @@ export class LockTable<T> {
    */
   advance(): void {
     const now = this.#clock();
-    for (let entry = this.#heap.peek(); entry && entry.deadline <= now; entry = this.#heap.peek()) {
-      if (entry instanceof Lock) this.#handOver(entry, entry.deadline, now);
+    const locks = this.#locks;
+    for (;;) {
+      const slot = locks.first();
+      const waiter = this.#waitLimits.peek();
+      const lease = slot < 0 ? Infinity : locks.deadline(slot);
+      const wait = waiter === undefined ? Infinity : waiter.deadline;
+      if (lease > now && wait > now) return;
+      const leaseFirst = lease < wait ||
+        (lease === wait && locks.seq(slot) < this.#waitLimits.firstSeq());
+      if (leaseFirst) this.#handOver(slot, lease, now);
       else {
-        this.#heap.cancel(entry);
-        this.#timeOut(entry as Waiter<T>);
+        this.#waitLimits.cancel(waiter!);
+        this.#timeOut(waiter!);
       }
     }
   }
@@ -162,24 +170,26 @@ export class LockTable<T> {
   acquire(key: string, leaseMs: number, waitMs: number, ticket: T): bigint | Waiter<T> {
     this.advance();
     const now = this.#clock();
-    const lock = this.#locks.get(key);
-    if (lock === undefined) {
+    const slot = this.#locks.find(key);
+    if (slot < 0) {
       const token = this.#nextToken();
-      const fresh = new Lock(key, token);
-      this.#locks.set(key, fresh);
-      this.#heap.schedule(fresh, now + leaseMs);
-      this.#hooks.held?.(key, token, fresh.deadline);
+      const deadline = now + leaseMs;
+      this.#locks.add(key, token, deadline, this.#seq++);
+      this.#hooks.held?.(key, token, deadline);
       return token;
     }
-    const waiter = new Waiter<T>(lock, ticket, leaseMs);
-    if (lock.tail === null) lock.head = waiter;
+    const waiter = new Waiter<T>(slot, ticket, leaseMs);
+    const queue = this.#locks.queue(slot);
+    if (queue === null) this.#locks.setQueue(slot, { head: waiter, tail: waiter });
     else {
-      lock.tail.next = waiter;
-      waiter.prev = lock.tail;
+      queue.tail.next = waiter;
+      waiter.prev = queue.tail;
+      queue.tail = waiter;
     }
-    lock.tail = waiter;
     this.#waiters++;
-    if (waitMs > 0 && Number.isFinite(waitMs)) this.#heap.schedule(waiter, now + waitMs);
+    if (waitMs > 0 && Number.isFinite(waitMs)) {
+      this.#waitLimits.schedule(waiter, now + waitMs, this.#seq++);
+    }
     return waiter;
   }
 
@@ -191,10 +201,10 @@ export class LockTable<T> {
    */
   release(key: string, token: bigint): boolean {
     this.advance();
-    const lock = this.#locks.get(key);
-    if (lock === undefined || lock.token !== token) return false;
+    const slot = this.#locks.find(key);
+    if (slot < 0 || this.#locks.token(slot) !== token) return false;
     const now = this.#clock();
-    this.#handOver(lock, now, now);
+    this.#handOver(slot, now, now);
     return true;
   }
 
@@ -205,10 +215,11 @@ export class LockTable<T> {
    */
   extend(key: string, token: bigint, leaseMs: number): boolean {
     this.advance();
-    const lock = this.#locks.get(key);
-    if (lock === undefined || lock.token !== token) return false;
-    this.#heap.schedule(lock, this.#clock() + leaseMs);
-    this.#hooks.held?.(key, token, lock.deadline);
+    const slot = this.#locks.find(key);
+    if (slot < 0 || this.#locks.token(slot) !== token) return false;
+    const deadline = this.#clock() + leaseMs;
+    this.#locks.schedule(slot, deadline, this.#seq++);
+    this.#hooks.held?.(key, token, deadline);
     return true;
   }
 
@@ -217,10 +228,9 @@ export class LockTable<T> {
    * nothing if it was already granted, timed out or cancelled. No hook is called.
    */
   cancel(waiter: Waiter<T>): void {
-    const lock = waiter.lock;
-    if (lock === null) return;
-    this.#unlink(lock, waiter);
-    this.#heap.cancel(waiter);
+    if (waiter.slot < 0) return;
+    this.#unlink(waiter);
+    this.#waitLimits.cancel(waiter);
   }
 
   /**
@@ -233,14 +243,13 @@ export class LockTable<T> {
   restore(key: string, token: bigint, deadline: number): boolean {
     this.advance();
     if (deadline <= this.#clock()) return false;
-    let lock = this.#locks.get(key);
-    if (lock !== undefined && lock.token > token) return false;
-    if (lock === undefined) {
-      lock = new Lock(key, token);
-      this.#locks.set(key, lock);
+    const slot = this.#locks.find(key);
+    if (slot < 0) this.#locks.add(key, token, deadline, this.#seq++);
+    else {
+      if (this.#locks.token(slot) > token) return false;
+      this.#locks.setToken(slot, token);
+      this.#locks.schedule(slot, deadline, this.#seq++);
     }
-    lock.token = token;
-    this.#heap.schedule(lock, deadline);
     this.#hooks.held?.(key, token, deadline);
     return true;
   }
@@ -250,36 +259,36 @@ export class LockTable<T> {
    * release on a standby, which has no waiters). Returns whether it did.
    */
   forget(key: string, token: bigint): boolean {
-    const lock = this.#locks.get(key);
-    if (lock === undefined || lock.token !== token || lock.head !== null) return false;
-    this.#heap.cancel(lock);
-    this.#locks.delete(key);
+    const slot = this.#locks.find(key);
+    if (slot < 0 || this.#locks.token(slot) !== token || this.#locks.queue(slot) !== null) {
+      return false;
+    }
+    this.#locks.remove(slot);
     this.#hooks.freed?.(key, token);
     return true;
   }
 
   /** Every queued acquire's ticket, each key's queue in order. Walks all keys: never on a hot path. */
   *queued(): IterableIterator<T> {
-    for (const lock of this.#locks.values()) {
-      for (let w = lock.head; w !== null; w = w.next) yield w.ticket as T;
+    for (const slot of this.#locks.slots()) {
+      for (let w = this.#locks.queue(slot)?.head ?? null; w !== null; w = w.next) {
+        yield w.ticket as T;
+      }
     }
   }
 
   /** Every current grant, for a snapshot. Walks all keys: never on a hot path. */
   *holders(): IterableIterator<HeldLock> {
     this.advance();
-    for (const lock of this.#locks.values()) {
-      yield { key: lock.key, token: lock.token, deadline: lock.deadline };
-    }
+    for (const slot of this.#locks.slots()) yield this.#describe(slot);
   }
 
   /** Drops every grant and waiter without any hook (a standby resetting before a snapshot). */
   clear(): void {
-    for (const lock of this.#locks.values()) {
-      this.#heap.cancel(lock);
-      for (let w = lock.head; w !== null; w = w.next) {
-        this.#heap.cancel(w);
-        w.lock = null;
+    for (const slot of this.#locks.slots()) {
+      for (let w = this.#locks.queue(slot)?.head ?? null; w !== null; w = w.next) {
+        this.#waitLimits.cancel(w as Waiter<T>);
+        w.slot = -1;
       }
     }
     this.#locks.clear();
@@ -289,51 +298,64 @@ export class LockTable<T> {
   /** The current grant of `key`, if any. */
   holder(key: string): HeldLock | undefined {
     this.advance();
-    const lock = this.#locks.get(key);
-    return lock && { key, token: lock.token, deadline: lock.deadline };
+    const slot = this.#locks.find(key);
+    return slot < 0 ? undefined : this.#describe(slot);
+  }
+
+  #describe(slot: number): HeldLock {
+    const locks = this.#locks;
+    return { key: locks.key(slot), token: locks.token(slot), deadline: locks.deadline(slot) };
   }
 
   /**
-   * The holder of `lock` is gone (released, or its lease ran out at `at`): grant the next
+   * The holder of `slot` is gone (released, or its lease ran out at `at`): grant the next
    * waiter, whose lease starts `now`, or free the key. A waiter whose wait limit ran out at
    * that same instant gets `T` rather than the lock. If the token source throws, nothing
    * has changed but those timeouts: the old grant and its lease stay as they were.
    */
-  #handOver(lock: Lock, at: number, now: number): void {
-    let next = lock.head as Waiter<T> | null;
-    while (next !== null && next.heapIndex >= 0 && next.deadline <= at) {
-      this.#heap.cancel(next);
+  #handOver(slot: number, at: number, now: number): void {
+    const locks = this.#locks;
+    let next = locks.queue(slot)?.head as Waiter<T> | undefined;
+    while (next !== undefined && next.heapIndex >= 0 && next.deadline <= at) {
+      this.#waitLimits.cancel(next);
       this.#timeOut(next);
-      next = lock.head as Waiter<T> | null;
+      next = locks.queue(slot)?.head as Waiter<T> | undefined;
     }
-    if (next === null) {
-      this.#heap.cancel(lock);
-      this.#locks.delete(lock.key);
-      this.#hooks.freed?.(lock.key, lock.token);
+    const key = locks.key(slot);
+    if (next === undefined) {
+      const token = locks.token(slot);
+      locks.remove(slot);
+      this.#hooks.freed?.(key, token);
       return;
     }
     const token = this.#nextToken();
-    this.#unlink(lock, next);
-    this.#heap.cancel(next);
-    lock.token = token;
-    this.#heap.schedule(lock, now + next.leaseMs);
-    this.#hooks.held?.(lock.key, token, lock.deadline);
-    this.#hooks.granted(next.ticket, lock.key, token);
+    this.#unlink(next);
+    this.#waitLimits.cancel(next);
+    locks.setToken(slot, token);
+    const deadline = now + next.leaseMs;
+    locks.schedule(slot, deadline, this.#seq++);
+    this.#hooks.held?.(key, token, deadline);
+    this.#hooks.granted(next.ticket, key, token);
   }
 
   #timeOut(waiter: Waiter<T>): void {
-    const lock = waiter.lock!;
-    this.#unlink(lock, waiter);
-    this.#hooks.timedOut(waiter.ticket, lock.key);
+    const key = this.#locks.key(waiter.slot);
+    this.#unlink(waiter);
+    this.#hooks.timedOut(waiter.ticket, key);
   }
 
-  #unlink(lock: Lock, waiter: Waiter<unknown>): void {
-    if (waiter.prev === null) lock.head = waiter.next;
-    else waiter.prev.next = waiter.next;
-    if (waiter.next === null) lock.tail = waiter.prev;
-    else waiter.next.prev = waiter.prev;
+  #unlink(waiter: Waiter<unknown>): void {
+    const slot = waiter.slot;
+    const queue = this.#locks.queue(slot)!;
+    if (waiter.prev === null) {
+      if (waiter.next === null) this.#locks.setQueue(slot, null);
+      else queue.head = waiter.next;
+    } else waiter.prev.next = waiter.next;
+    if (waiter.next === null) {
+      if (waiter.prev !== null) queue.tail = waiter.prev;
+    } else waiter.next.prev = waiter.prev;
     waiter.prev = waiter.next = null;
-    waiter.lock = null;
+    waiter.slot = -1;
     this.#waiters--;
   }
 }

@@ -13,7 +13,7 @@ interface Item extends Timed {
 }
 
 function item(name: string): Item {
-  return { name, deadline: 0, seq: 0, heapIndex: -1 };
+  return { name, deadline: 0, heapIndex: -1 };
 }
 
 function drain(heap: DeadlineHeap<Item>, now = Infinity): string[] {
@@ -153,7 +153,7 @@ Deno.test("cancel() removes an entry and ignores one that is not scheduled", asy
     for (const gone of [root, last, middle]) assert.equal(gone.heapIndex, -1);
     const expected = items
       .filter((it) => ![root, last, middle].includes(it))
-      .sort((x, y) => x.deadline - y.deadline || x.seq - y.seq)
+      .sort((x, y) => x.deadline - y.deadline || items.indexOf(x) - items.indexOf(y))
       .map((it) => it.name);
     assert.deepEqual(drain(heap), expected);
   });
