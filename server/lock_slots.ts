@@ -1,9 +1,9 @@
 /**
- * Storage for held locks as a struct of arrays: a lock is a slot number, and its token,
- * lease deadline and place in the lease heap live in typed arrays. A million held locks are
- * then a million key strings and a map from key to slot, not four million small objects:
- * under half the memory, and a garbage collector that has far less to walk (its pauses are
- * what made expiries late).
+ * Storage for held locks as a struct of arrays: a lock is a slot number, and its key (see
+ * {@linkcode KeyIndex}), token, lease deadline and place in the lease heap live in typed
+ * arrays. A million held locks are then not four million small objects: under half the
+ * memory, and nothing for the garbage collector to walk (its pauses are what made mass
+ * expiry late).
  *
  * The lease heap is a binary min-heap of slots ordered by (deadline, seq), kept here because
  * it reads the deadlines straight from these arrays.
@@ -11,15 +11,14 @@
  * @module
  */
 
-import { ShardedMap } from "./sharded_map.ts";
+import { KeyIndex } from "./key_index.ts";
 
 /** A free slot's marker in the heap-position array. */
 const NOT_SCHEDULED = -1;
 
 /** Held locks by slot, with their lease heap. `Q` is the per-lock waiter queue type. */
 export class LockSlots<Q> {
-  #slotOf = new ShardedMap<number>();
-  #keys: (string | undefined)[] = [];
+  #index = new KeyIndex();
   #queues: (Q | null)[] = [];
   #tokens = new BigUint64Array(1024);
   #deadlines = new Float64Array(1024);
@@ -32,12 +31,12 @@ export class LockSlots<Q> {
 
   /** Number of held locks. */
   get size(): number {
-    return this.#slotOf.size;
+    return this.#index.size;
   }
 
   /** The slot of `key`, or -1. */
   find(key: string): number {
-    return this.#slotOf.get(key) ?? -1;
+    return this.#index.find(key);
   }
 
   /** Adds a held lock; its lease is scheduled at (`deadline`, `seq`). */
@@ -47,8 +46,7 @@ export class LockSlots<Q> {
       slot = this.#next++;
       if (slot === this.#tokens.length) this.#grow();
     }
-    this.#slotOf.set(key, slot);
-    this.#keys[slot] = key;
+    this.#index.insert(key, slot);
     this.#queues[slot] = null;
     this.#tokens[slot] = token;
     this.schedule(slot, deadline, seq);
@@ -58,15 +56,14 @@ export class LockSlots<Q> {
   /** Removes a held lock (its lease leaves the heap); its slot is reused later. */
   remove(slot: number): void {
     this.#unschedule(slot);
-    this.#slotOf.delete(this.#keys[slot]!);
-    this.#keys[slot] = undefined;
+    this.#index.remove(slot);
     this.#queues[slot] = null;
     this.#free.push(slot);
   }
 
   /** The key of `slot`. */
   key(slot: number): string {
-    return this.#keys[slot]!;
+    return this.#index.keyOf(slot);
   }
 
   /** The fencing token of `slot`. */
@@ -95,8 +92,11 @@ export class LockSlots<Q> {
   }
 
   /** Every held slot (order unspecified). */
-  slots(): IterableIterator<number> {
-    return this.#slotOf.values();
+  *slots(): IterableIterator<number> {
+    // Every held lock has its lease in the heap: a scheduled slot is a held one.
+    for (let slot = 0; slot < this.#next; slot++) {
+      if (this.#position[slot] !== NOT_SCHEDULED) yield slot;
+    }
   }
 
   /** The slot whose lease ends first, or -1. */
@@ -127,8 +127,7 @@ export class LockSlots<Q> {
 
   /** Drops every lock. */
   clear(): void {
-    this.#slotOf.clear();
-    this.#keys = [];
+    this.#index.clear();
     this.#queues = [];
     this.#free = [];
     this.#next = 0;

@@ -321,13 +321,14 @@ export class LockTable<T> {
       this.#timeOut(next);
       next = locks.queue(slot)?.head as Waiter<T> | undefined;
     }
-    const key = locks.key(slot);
     if (next === undefined) {
-      const token = locks.token(slot);
+      const freed = this.#hooks.freed;
+      // The key and token are read only for the hook (a standby's replication).
+      if (freed !== undefined) freed(locks.key(slot), locks.token(slot));
       locks.remove(slot);
-      this.#hooks.freed?.(key, token);
       return;
     }
+    const key = locks.key(slot);
     const token = this.#nextToken();
     this.#unlink(next);
     this.#waitLimits.cancel(next);

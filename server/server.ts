@@ -78,11 +78,13 @@ export class LockServer {
     this.#listener = listener;
     this.#tokens = tokens;
     this.#maxConnections = options.maxConnections ?? 10_000;
-    const clock = options.clock ?? turnClock();
+    const turn = options.clock === undefined ? turnClock() : undefined;
+    const clock = options.clock ?? turn!.now;
     this.#table = new LockTable<Ticket>({
       clock,
       nextToken: () => tokens.next(),
-      hooks: {
+      // Only a cluster's active needs the change feed: a single node skips its cost.
+      hooks: options.cluster === undefined ? ticketHooks : {
         ...ticketHooks,
         held: (key, token, deadline) => this.#cluster?.held(key, token, deadline),
         freed: (key, token) => this.#cluster?.freed(key, token),
@@ -96,7 +98,8 @@ export class LockServer {
       fatal: (error) => this.#fatal(error),
     };
     this.#ticker = new Ticker(this.#table, {
-      clock,
+      clock: options.clock ?? (() => performance.now()),
+      refresh: turn?.refresh,
       afterTick: endBatchSoon,
       onError: (error) => this.#fatal(error),
       canAdvance: () => this.#cluster?.canAdvance() ?? true,

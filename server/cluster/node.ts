@@ -209,7 +209,7 @@ export class ClusterNode {
         return PARK;
       default: {
         const active = this.#activeAddress;
-        return active !== undefined && this.#isLiveActive(active)
+        return active !== undefined && (this.#isLiveActive(active) || this.#relayedLive(active))
           ? { kind: "refuse", reply: `M ${active}` }
           : { kind: "refuse", reply: "E no active node" };
       }
@@ -274,7 +274,8 @@ export class ClusterNode {
       if (heir === undefined) break;
       tried.add(heir.address);
       if (await this.#handOver(heir.address, true, true)) return true;
-      if (this.#role !== "active") break;
+      const role = this.#role as Role; // (changed while awaiting)
+      if (role !== "handing-off" && role !== "active") break;
     }
     this.#setRole("leaving", "leaving, no standby took over");
     return false;
@@ -505,6 +506,19 @@ export class ClusterNode {
     }
   }
 
+  /** Whether a live peer reports `address` as its live active (one this node cannot hear). */
+  #relayedLive(address: string): boolean {
+    const now = this.#port.clock();
+    for (const peer of this.#peers.values()) {
+      if (
+        peer.activeAddress === address && now - peer.lastHeard < this.#options.failoverTimeoutMs
+      ) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   /** Whether `address` is live here and still claims to be active (or is this active node). */
   #isLiveActive(address: string): boolean {
     if (address === this.#self) return this.#role === "active";
@@ -593,14 +607,16 @@ export class ClusterNode {
   #promote(): void {
     // Token succession: above every token seen replicated or announced and every peer's
     // mark, with two blocks of margin for grants the old active made but had not
-    // replicated; and above the wall clock in microseconds, so that even a node that missed
+    // replicated; and above the wall clock in nanoseconds, so that even a node that missed
     // the latest activation (it died first, then came back alone) starts above it, as long
-    // as clocks agree within the margin and grants stay below a million a second.
+    // as clocks agree and the cluster grants fewer than a billion tokens a second.
     let floor = this.#port.tokens.last;
     for (const peer of this.#peers.values()) if (peer.hwm > floor) floor = peer.hwm;
     if (this.#peers.size > 0) {
-      const wallMicros = BigInt(Date.now()) * 1000n;
-      if (wallMicros > floor) floor = wallMicros;
+      // Nanoseconds: the two-block margin is then 2 ms of wall time, so a node that comes
+      // back seconds later is above every earlier activation (u64 lasts until 2554).
+      const wallNanos = BigInt(Date.now()) * 1_000_000n;
+      if (wallNanos > floor) floor = wallNanos;
     }
     this.#port.tokens.raiseTo(floor + 2n * this.#options.tokenBlock);
     this.#predecessor = { ...this.#seen };
@@ -627,7 +643,9 @@ export class ClusterNode {
    * timeout. On failure a leaving node reports `false`; otherwise it stays active.
    */
   #handOver(address: string, merge: boolean, leaving: boolean): Promise<boolean> {
-    if (this.#handoff !== undefined || this.#role !== "active") return Promise.resolve(false);
+    // A leaving node retries from "handing-off" with the next standby.
+    const free = this.#role === "active" || (leaving && this.#role === "handing-off");
+    if (this.#handoff !== undefined || !free) return Promise.resolve(false);
     const peer = this.#peers.get(address);
     if (peer === undefined || !peer.link.up) return Promise.resolve(false);
     // `sync` relies on the successor's replica: only for a standby this node streams to now.
@@ -673,7 +691,7 @@ export class ClusterNode {
     this.#handoff = undefined;
     console.error(`lockd: ${handoff.to} did not take over in time`);
     if (handoff.leaving) {
-      this.#setRole("leaving", "leaving, handover failed");
+      // Still handing off: leave() tries the next standby (requests stay parked meanwhile).
     } else {
       this.#setRole("active", "still active");
       this.#port.unpark();
