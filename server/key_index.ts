@@ -53,7 +53,8 @@ export class KeyIndex {
   #hashes = new Uint32Array(1024);
   #lengths = new Int16Array(1024);
   #bytes = new Uint8Array(1024 * INLINE);
-  #strings: (string | undefined)[] = [];
+  /** Keys that are not stored inline: longer than 24 bytes, or not ASCII. */
+  #strings = new Map<number, string>();
 
   /** Number of keys. */
   get size(): number {
@@ -83,10 +84,9 @@ export class KeyIndex {
       this.#lengths[slot] = key.length;
       const base = slot * INLINE;
       for (let i = 0; i < key.length; i++) this.#bytes[base + i] = key.charCodeAt(i);
-      this.#strings[slot] = undefined;
     } else {
       this.#lengths[slot] = -1;
-      this.#strings[slot] = key;
+      this.#strings.set(slot, key);
     }
     this.#place(slot + 1, hash);
     this.#count++;
@@ -110,14 +110,16 @@ export class KeyIndex {
       i = j;
     }
     cells[i] = EMPTY;
-    this.#strings[slot] = undefined;
+    // Only slots with a string key touch this array: writing far past its end would turn
+    // it into a slow sparse one.
+    if (this.#lengths[slot] < 0) this.#strings.delete(slot);
     this.#count--;
   }
 
   /** The key of `slot`. */
   keyOf(slot: number): string {
     const length = this.#lengths[slot];
-    if (length < 0) return this.#strings[slot]!;
+    if (length < 0) return this.#strings.get(slot)!;
     const base = slot * INLINE;
     return String.fromCharCode(...this.#bytes.subarray(base, base + length));
   }
@@ -125,13 +127,13 @@ export class KeyIndex {
   /** Forgets every key. */
   clear(): void {
     this.#cells.fill(EMPTY);
-    this.#strings = [];
+    this.#strings.clear();
     this.#count = 0;
   }
 
   #matches(slot: number, key: string): boolean {
     const length = this.#lengths[slot];
-    if (length < 0) return this.#strings[slot] === key;
+    if (length < 0) return this.#strings.get(slot) === key;
     if (length !== key.length) return false;
     const base = slot * INLINE;
     for (let i = 0; i < length; i++) {

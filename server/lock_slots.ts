@@ -26,7 +26,9 @@ export class LockSlots<Q> {
   #position = new Int32Array(1024).fill(NOT_SCHEDULED);
   #heap = new Int32Array(1024);
   #heapSize = 0;
-  #free: number[] = [];
+  /** Stack of free slots below #next. */
+  #free = new Int32Array(1024);
+  #freeCount = 0;
   #next = 0;
 
   /** Number of held locks. */
@@ -41,8 +43,9 @@ export class LockSlots<Q> {
 
   /** Adds a held lock; its lease is scheduled at (`deadline`, `seq`). */
   add(key: string, token: bigint, deadline: number, seq: number): number {
-    let slot = this.#free.pop();
-    if (slot === undefined) {
+    let slot: number;
+    if (this.#freeCount > 0) slot = this.#free[--this.#freeCount];
+    else {
       slot = this.#next++;
       if (slot === this.#tokens.length) this.#grow();
     }
@@ -58,7 +61,7 @@ export class LockSlots<Q> {
     this.#unschedule(slot);
     this.#index.remove(slot);
     this.#queues[slot] = null;
-    this.#free.push(slot);
+    this.#free[this.#freeCount++] = slot;
   }
 
   /** The key of `slot`. */
@@ -129,7 +132,7 @@ export class LockSlots<Q> {
   clear(): void {
     this.#index.clear();
     this.#queues = [];
-    this.#free = [];
+    this.#freeCount = 0;
     this.#next = 0;
     this.#heapSize = 0;
     this.#position.fill(NOT_SCHEDULED);
@@ -207,5 +210,8 @@ export class LockSlots<Q> {
     const heap = new Int32Array(size);
     heap.set(this.#heap);
     this.#heap = heap;
+    const free = new Int32Array(size);
+    free.set(this.#free);
+    this.#free = free;
   }
 }
