@@ -11,6 +11,8 @@
 
 /** Longest ASCII key stored inline, in bytes. */
 const INLINE = 24;
+/** Inline length that marks a key kept as a string. */
+const AS_STRING = 255;
 /** Slot value of an empty table cell. */
 const EMPTY = 0;
 
@@ -49,9 +51,9 @@ export class KeyIndex {
   #cells = new Int32Array(2048);
   #mask = 2047;
   #count = 0;
-  /** Per slot: the key's hash, its inline length (-1: kept as a string), its bytes. */
+  /** Per slot: the key's hash, its inline length ({@linkcode AS_STRING}: kept as a string), its bytes. */
   #hashes = new Uint32Array(1024);
-  #lengths = new Int16Array(1024);
+  #lengths = new Uint8Array(1024);
   #bytes = new Uint8Array(1024 * INLINE);
   /** Keys that are not stored inline: longer than 24 bytes, or not ASCII. */
   #strings = new Map<number, string>();
@@ -85,7 +87,7 @@ export class KeyIndex {
       const base = slot * INLINE;
       for (let i = 0; i < key.length; i++) this.#bytes[base + i] = key.charCodeAt(i);
     } else {
-      this.#lengths[slot] = -1;
+      this.#lengths[slot] = AS_STRING;
       this.#strings.set(slot, key);
     }
     this.#place(slot + 1, hash);
@@ -112,14 +114,14 @@ export class KeyIndex {
     cells[i] = EMPTY;
     // Only slots with a string key touch this array: writing far past its end would turn
     // it into a slow sparse one.
-    if (this.#lengths[slot] < 0) this.#strings.delete(slot);
+    if (this.#lengths[slot] === AS_STRING) this.#strings.delete(slot);
     this.#count--;
   }
 
   /** The key of `slot`. */
   keyOf(slot: number): string {
     const length = this.#lengths[slot];
-    if (length < 0) return this.#strings.get(slot)!;
+    if (length === AS_STRING) return this.#strings.get(slot)!;
     const base = slot * INLINE;
     return String.fromCharCode(...this.#bytes.subarray(base, base + length));
   }
@@ -133,7 +135,7 @@ export class KeyIndex {
 
   #matches(slot: number, key: string): boolean {
     const length = this.#lengths[slot];
-    if (length < 0) return this.#strings.get(slot) === key;
+    if (length === AS_STRING) return this.#strings.get(slot) === key;
     if (length !== key.length) return false;
     const base = slot * INLINE;
     for (let i = 0; i < length; i++) {
@@ -163,7 +165,7 @@ export class KeyIndex {
     const hashes = new Uint32Array(size);
     hashes.set(this.#hashes);
     this.#hashes = hashes;
-    const lengths = new Int16Array(size);
+    const lengths = new Uint8Array(size);
     lengths.set(this.#lengths);
     this.#lengths = lengths;
     const bytes = new Uint8Array(size * INLINE);

@@ -22,7 +22,8 @@ export class LockSlots<Q> {
   #queues: (Q | null)[] = [];
   #tokens = new BigUint64Array(1024);
   #deadlines = new Float64Array(1024);
-  #seqs = new Float64Array(1024);
+  /** Tie-breakers of equal deadlines (the scheduling order, modulo 2^32). */
+  #seqs = new Uint32Array(1024);
   #position = new Int32Array(1024).fill(NOT_SCHEDULED);
   #heap = new Int32Array(1024);
   #heapSize = 0;
@@ -201,7 +202,7 @@ export class LockSlots<Q> {
     const deadlines = new Float64Array(size);
     deadlines.set(this.#deadlines);
     this.#deadlines = deadlines;
-    const seqs = new Float64Array(size);
+    const seqs = new Uint32Array(size);
     seqs.set(this.#seqs);
     this.#seqs = seqs;
     const position = new Int32Array(size).fill(NOT_SCHEDULED);

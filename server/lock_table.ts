@@ -99,12 +99,22 @@ export interface HeldLock {
 export class LockTable<T> {
   #locks = new LockSlots<Queue>();
   #waitLimits = new DeadlineHeap<Waiter<T>>();
-  /** Orders equal deadlines across both heaps: the order things were scheduled in. */
-  #seq = 0;
+  /**
+   * Orders equal deadlines across both heaps: the order things were scheduled in. It wraps
+   * at 2^32 (stored in 32 bits), which can misorder two equal deadlines once in 4 billion
+   * schedules: ties have no order in the rules anyway.
+   */
+  #seqCounter = 0;
   #clock: Clock;
   #nextToken: () => bigint;
   #hooks: LockTableHooks<T>;
   #waiters = 0;
+
+  #nextSeq(): number {
+    const seq = this.#seqCounter;
+    this.#seqCounter = (seq + 1) >>> 0;
+    return seq;
+  }
 
   /** @param options Clock, token source and hooks. */
   constructor(options: LockTableOptions<T>) {
@@ -174,7 +184,7 @@ export class LockTable<T> {
     if (slot < 0) {
       const token = this.#nextToken();
       const deadline = now + leaseMs;
-      this.#locks.add(key, token, deadline, this.#seq++);
+      this.#locks.add(key, token, deadline, this.#nextSeq());
       this.#hooks.held?.(key, token, deadline);
       return token;
     }
@@ -188,7 +198,7 @@ export class LockTable<T> {
     }
     this.#waiters++;
     if (waitMs > 0 && Number.isFinite(waitMs)) {
-      this.#waitLimits.schedule(waiter, now + waitMs, this.#seq++);
+      this.#waitLimits.schedule(waiter, now + waitMs, this.#nextSeq());
     }
     return waiter;
   }
@@ -218,7 +228,7 @@ export class LockTable<T> {
     const slot = this.#locks.find(key);
     if (slot < 0 || this.#locks.token(slot) !== token) return false;
     const deadline = this.#clock() + leaseMs;
-    this.#locks.schedule(slot, deadline, this.#seq++);
+    this.#locks.schedule(slot, deadline, this.#nextSeq());
     this.#hooks.held?.(key, token, deadline);
     return true;
   }
@@ -244,11 +254,11 @@ export class LockTable<T> {
     this.advance();
     if (deadline <= this.#clock()) return false;
     const slot = this.#locks.find(key);
-    if (slot < 0) this.#locks.add(key, token, deadline, this.#seq++);
+    if (slot < 0) this.#locks.add(key, token, deadline, this.#nextSeq());
     else {
       if (this.#locks.token(slot) > token) return false;
       this.#locks.setToken(slot, token);
-      this.#locks.schedule(slot, deadline, this.#seq++);
+      this.#locks.schedule(slot, deadline, this.#nextSeq());
     }
     this.#hooks.held?.(key, token, deadline);
     return true;
@@ -334,7 +344,7 @@ export class LockTable<T> {
     this.#waitLimits.cancel(next);
     locks.setToken(slot, token);
     const deadline = now + next.leaseMs;
-    locks.schedule(slot, deadline, this.#seq++);
+    locks.schedule(slot, deadline, this.#nextSeq());
     this.#hooks.held?.(key, token, deadline);
     this.#hooks.granted(next.ticket, key, token);
   }
