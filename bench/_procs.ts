@@ -1,12 +1,13 @@
 /**
- * Processes of the benchmark: a lockd node or a Redis server started fresh for one run, the
- * C load generator, and what `/proc` says about a process (RSS, CPU time).
+ * Processes of the benchmark: a lockd node, a Redis server or the Deno floor started fresh
+ * for one run, the C load generator, and what `/proc` says about a process (RSS, CPU time).
  *
  * @module
  */
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const SERVER_MAIN = `${ROOT}server/main.ts`;
+const FLOOR_MAIN = `${ROOT}bench/floor_server.ts`;
 const READY_TIMEOUT_MS = 15_000;
 const STOP_TIMEOUT_MS = 10_000;
 const TAIL_CHARS = 4000;
@@ -143,19 +144,28 @@ export interface LockdOptions {
  * Starts `deno run -A server/main.ts` and waits for its ready line
  * (`listening on HOST:PORT as ROLE`).
  */
-export async function startLockd(options: LockdOptions): Promise<ServerProcess> {
-  const args = [
-    "run",
-    "-A",
-    SERVER_MAIN,
-    "--listen",
-    `127.0.0.1:${options.port ?? 0}`,
-    "--data-dir",
-    options.dataDir,
-  ];
+export function startLockd(options: LockdOptions): Promise<ServerProcess> {
+  const args = ["--listen", `127.0.0.1:${options.port ?? 0}`, "--data-dir", options.dataDir];
   if (options.peers) args.push("--peers", options.peers.join(","));
+  return startDenoServer(SERVER_MAIN, args, options.name ?? "lockd");
+}
+
+/**
+ * Starts the Deno floor (`bench/floor_server.ts`: a line server that answers acquires and
+ * releases without any lock logic) and waits for its ready line.
+ */
+export function startFloor(): Promise<ServerProcess> {
+  return startDenoServer(FLOOR_MAIN, [], "Deno floor");
+}
+
+/** Runs `deno run -A <script> <args>` and waits for `listening on HOST:PORT as ROLE`. */
+async function startDenoServer(
+  script: string,
+  scriptArgs: string[],
+  name: string,
+): Promise<ServerProcess> {
   const child = new Deno.Command(Deno.execPath(), {
-    args,
+    args: ["run", "-A", script, ...scriptArgs],
     cwd: ROOT,
     stdin: "null",
     stdout: "piped",
@@ -163,7 +173,6 @@ export async function startLockd(options: LockdOptions): Promise<ServerProcess> 
   }).spawn();
   const err = tail(child.stderr);
   const out = lines(child.stdout);
-  const name = options.name ?? "lockd";
   let timer: ReturnType<typeof setTimeout> | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(

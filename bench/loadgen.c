@@ -11,7 +11,8 @@
  * Modes (bench/main.ts drives them; every mode prints one JSON line at the end):
  *   pairs    uncontended acquire+release pairs on distinct keys, --conns x --depth in flight
  *   contend  --conns clients on one key; lockd queues them, Redis clients retry SET NX
- *   fill     hold --count locks on distinct keys (memory, idle CPU, lease precision)
+ *   fill     hold --count locks on distinct keys (memory, idle CPU); with --samples, also
+ *            measure how late sampled leases expire amid the fill's mass expiry
  *   waiters  lockd only: --count holders, then --conns connections queue behind each of them
  *   probe    lockd cluster only: a steady stream of acquire+release, a signal to the active
  *            node, and the time until the next grant on the other node
@@ -113,7 +114,7 @@ static struct {
   double warmup_s, duration_s;
   long count;
   long lease_ms;
-  long sample_every;
+  long samples, settle_ms;
   int handshake;
   long retry_us;
   int pid, signal;
@@ -128,7 +129,8 @@ static struct {
     .duration_s = 3,
     .count = 1000000,
     .lease_ms = 30000,
-    .sample_every = 0,
+    .samples = 0,
+    .settle_ms = 200,
     .retry_us = 0,
     .signal = SIGKILL,
     .before_s = 0.3,
@@ -156,7 +158,8 @@ static void parse_args(int argc, char **argv) {
     else if (!strcmp(a, "--duration")) opt.duration_s = atof(v);
     else if (!strcmp(a, "--count")) opt.count = atol(v);
     else if (!strcmp(a, "--lease-ms")) opt.lease_ms = atol(v);
-    else if (!strcmp(a, "--sample-every")) opt.sample_every = atol(v);
+    else if (!strcmp(a, "--samples")) opt.samples = atol(v);
+    else if (!strcmp(a, "--settle-ms")) opt.settle_ms = atol(v);
     else if (!strcmp(a, "--retry-us")) opt.retry_us = atol(v);
     else if (!strcmp(a, "--pid")) opt.pid = atoi(v);
     else if (!strcmp(a, "--signal")) opt.signal = atoi(v);
@@ -794,57 +797,72 @@ static void mode_contend(void) {
 /* ---------------------------------------------------------------- mode: fill */
 
 /* Holds --count locks on keys <prefix>0 .. <prefix>N-1 (--depth in flight per connection).
- * With --sample-every S (lockd), every S-th key is acquired on a connection of its own,
- * one request at a time, so that its grant time on the server is known within one round
- * trip; as soon as that grant arrives, a waiter queues behind it on another connection.
- * How late the lease expired is the waiter's grant time minus the holder's grant time and
- * the lease: bounded above by timing from the holder's request (sent) and below by timing
- * from its reply (received). */
+ *
+ * With --samples S (lockd), the fill takes N - S of them, and S sampled leases measure how
+ * late leases expire while the fill's leases expire en masse. They are taken after the
+ * fill, once the server is idle (--settle-ms later), one request at a time on a connection
+ * of their own, so that each holder's grant time on the server is known within an idle
+ * round trip (tens of µs), on keys <prefix>sample:<i>. Sample i gets the lease that makes it
+ * expire together with the fill's lease of rank (i + 1/2) (N - S) / S (the reply time of that
+ * fill grant plus --lease-ms), so the samples are spread over the mass expiry as densely as
+ * the fill's leases. As soon as
+ * a holder is granted, a waiter queues behind it on another connection. Lateness is the
+ * waiter's grant time minus the holder's grant time and the holder's lease: bounded below by
+ * timing from the holder's reply and above by timing from its request. */
 
-static long g_next_id, g_granted;
+static long g_fill_count, g_next_id, g_granted;
+static long g_nsamples, g_holders_granted, g_waiters_granted, g_sample_next;
+static uint64_t *g_fill_mark; /* reply time of the fill grant of each sample's rank */
+static long g_mark_next;
 static uint64_t *g_hold_sent, *g_hold_got;
+static long *g_hold_lease_ms;
 static samples_t g_late, g_late_sent, g_sample_rtt;
-static long g_nsamples, g_waiters_granted;
 static conn_t *g_waiter_conn, *g_sample_conn;
-static long *g_sample_queue;
-static long g_sq_head, g_sq_len, g_sample_inflight = -1;
-static int g_fill_phase; /* 1 = filling, 2 = waiting for samples */
+static int g_fill_phase; /* 1 = filling, 2 = taking the samples, 3 = waiting for expiries */
 
+/* The fill grant whose reply time sample i's lease is aimed at (0-based, among the grants). */
+static long mark_rank(long i) {
+  return (long)(((2 * i + 1) * (double)g_fill_count) / (2.0 * (double)g_nsamples));
+}
+
+static void make_sample_key(keytok_t *k, long i) {
+  int n = snprintf(k->key, sizeof k->key, "%ssample:%ld", opt.prefix, i);
+  k->klen = (unsigned char)n;
+}
+
+/* Takes the next sampled lease, ending together with its rank's fill lease. */
 static void sample_send(void) {
-  if (g_sample_inflight >= 0 || g_sq_head == g_sq_len) return;
-  long id = g_sample_queue[g_sq_head++];
+  if (g_sample_next >= g_nsamples) return;
+  long i = g_sample_next++;
   keytok_t k;
-  make_key(&k, opt.prefix, id);
-  g_hold_sent[id / opt.sample_every] = g_now;
-  g_sample_inflight = id;
-  send_acquire(g_sample_conn, id, &k, opt.lease_ms, "1", K_LOAD);
+  make_sample_key(&k, i);
+  g_now = now_ns();
+  double left_ms = ((double)g_fill_mark[i] + opt.lease_ms * 1e6 - (double)g_now) / 1e6;
+  long lease_ms = lround(left_ms);
+  if (lease_ms < 1) die("the fill took longer than the lease: use a longer lease");
+  g_hold_lease_ms[i] = lease_ms;
+  g_hold_sent[i] = g_now;
+  send_acquire(g_sample_conn, i, &k, lease_ms, "1", K_LOAD);
 }
 
 static void fill_send(conn_t *c) {
-  while (g_next_id < opt.count) {
-    long id = g_next_id++;
-    if (opt.sample_every > 0 && id % opt.sample_every == 0) {
-      g_sample_queue[g_sq_len++] = id;
-      sample_send();
-      continue;
-    }
-    keytok_t k;
-    make_key(&k, opt.prefix, id);
-    send_acquire(c, id, &k, opt.lease_ms, "1", K_LOAD);
-    return;
-  }
+  if (g_next_id >= g_fill_count) return;
+  long id = g_next_id++;
+  keytok_t k;
+  make_key(&k, opt.prefix, id);
+  send_acquire(c, id, &k, opt.lease_ms, "1", K_LOAD);
 }
 
 static void fill_reply(conn_t *c, reply_t *r) {
   if (c == g_waiter_conn) {
-    if (r->status != S_GRANT || r->id < 0 || r->id % opt.sample_every != 0) {
+    if (r->status != S_GRANT || r->id < 0 || r->id >= g_nsamples || !g_hold_got[r->id]) {
       note_error("waiter", r->raw, r->rawlen);
       return;
     }
-    long si = r->id / opt.sample_every;
-    double lease_ns = opt.lease_ms * 1e6;
-    double late = (double)g_now - (double)g_hold_got[si] - lease_ns;
-    double late_sent = (double)g_now - (double)g_hold_sent[si] - lease_ns;
+    long i = r->id;
+    double lease_ns = g_hold_lease_ms[i] * 1e6;
+    double late = (double)g_now - (double)g_hold_got[i] - lease_ns;
+    double late_sent = (double)g_now - (double)g_hold_sent[i] - lease_ns;
     sample_add(&g_late, late < 0 ? 0 : (uint64_t)late);
     sample_add(&g_late_sent, late_sent < 0 ? 0 : (uint64_t)late_sent);
     /* Granted before the holder's request was even sent + lease: the lease ended early. */
@@ -852,47 +870,58 @@ static void fill_reply(conn_t *c, reply_t *r) {
     g_waiters_granted++;
     return;
   }
+  if (c == g_sample_conn) {
+    if (r->status != S_GRANT || r->id < 0 || r->id >= g_nsamples) {
+      note_error("sampled holder", r->raw, r->rawlen);
+      sample_send();
+      return;
+    }
+    long i = r->id;
+    g_hold_got[i] = g_now;
+    sample_add(&g_sample_rtt, g_now - g_hold_sent[i]);
+    g_holders_granted++;
+    keytok_t k;
+    make_sample_key(&k, i);
+    char wait[32];
+    snprintf(wait, sizeof wait, "%ld", g_hold_lease_ms[i] / 1000 + 120);
+    send_acquire(g_waiter_conn, i, &k, 60000, wait, K_ACQ);
+    sample_send();
+    return;
+  }
   if (r->status != S_GRANT) {
     note_error("fill", r->raw, r->rawlen);
   } else {
+    while (g_mark_next < g_nsamples && mark_rank(g_mark_next) == g_granted)
+      g_fill_mark[g_mark_next++] = g_now;
     g_granted++;
-  }
-  if (c == g_sample_conn) {
-    long si = r->id / opt.sample_every;
-    g_hold_got[si] = g_now;
-    sample_add(&g_sample_rtt, g_now - g_hold_sent[si]);
-    g_sample_inflight = -1;
-    if (r->status == S_GRANT) {
-      keytok_t k;
-      make_key(&k, opt.prefix, r->id);
-      char wait[32];
-      snprintf(wait, sizeof wait, "%ld", opt.lease_ms / 1000 + 120);
-      send_acquire(g_waiter_conn, r->id, &k, 60000, wait, K_ACQ);
-    }
-    sample_send();
-    return;
   }
   fill_send(c);
 }
 
 static int fill_done(void) {
-  if (g_fill_phase == 1) return g_granted + g_errors >= opt.count || g_closed > 0;
-  return g_waiters_granted + g_errors >= g_nsamples || g_closed > 0 || g_now >= g_t_deadline;
+  if (g_closed > 0) return 1;
+  if (g_fill_phase == 1) return g_granted + g_errors >= g_fill_count;
+  if (g_fill_phase == 2) return g_holders_granted + g_errors >= g_nsamples;
+  return g_waiters_granted + g_errors >= g_nsamples || g_now >= g_t_deadline;
 }
 
 static void mode_fill(void) {
   on_reply = fill_reply;
   on_closed = NULL;
   g_timeout_ms = 50;
-  if (opt.sample_every > 0) {
-    if (opt.proto != LOCKD) die("--sample-every needs --proto lockd");
-    g_nsamples = (opt.count + opt.sample_every - 1) / opt.sample_every;
+  g_fill_count = opt.count;
+  if (opt.samples > 0) {
+    if (opt.proto != LOCKD) die("--samples needs --proto lockd");
+    if (opt.samples * 2 > opt.count) die("--samples must be at most half of --count");
+    g_nsamples = opt.samples;
+    g_fill_count = opt.count - g_nsamples;
+    g_fill_mark = calloc((size_t)g_nsamples, sizeof *g_fill_mark);
     g_hold_sent = calloc((size_t)g_nsamples, sizeof *g_hold_sent);
     g_hold_got = calloc((size_t)g_nsamples, sizeof *g_hold_got);
-    g_sample_queue = calloc((size_t)g_nsamples, sizeof *g_sample_queue);
+    g_hold_lease_ms = calloc((size_t)g_nsamples, sizeof *g_hold_lease_ms);
   }
   for (int i = 0; i < opt.conns; i++) conn_open(opt.port);
-  if (opt.sample_every > 0) {
+  if (g_nsamples > 0) {
     g_sample_conn = conn_open(opt.port);
     g_waiter_conn = conn_open(opt.port);
   }
@@ -907,10 +936,22 @@ static void mode_fill(void) {
     for (int j = 0; j < opt.depth; j++) fill_send(g_conns[i]);
   run_loop(fill_done, NULL);
   double fill_s = (g_now - t0) / 1e9;
-  printf("%s %.3f\n", opt.sample_every > 0 ? "loaded" : "filled", fill_s);
-  fflush(stdout);
-  if (opt.sample_every > 0) {
+  double samples_s = 0;
+  while (g_mark_next < g_nsamples) g_fill_mark[g_mark_next++] = g_now; /* after errors */
+  if (g_nsamples > 0 && g_closed == 0) {
+    /* Let the server finish the fill (replies, garbage collection) before the samples. */
+    struct timespec settle = {opt.settle_ms / 1000, (opt.settle_ms % 1000) * 1000000L};
+    nanosleep(&settle, NULL);
     g_fill_phase = 2;
+    uint64_t s0 = now_ns();
+    sample_send();
+    run_loop(fill_done, NULL);
+    samples_s = (g_now - s0) / 1e9;
+  }
+  printf("%s %.3f\n", g_nsamples > 0 ? "loaded" : "filled", fill_s);
+  fflush(stdout);
+  if (g_nsamples > 0) {
+    g_fill_phase = 3;
     g_t_deadline = g_now + (uint64_t)opt.lease_ms * 1000000ull + 60000000000ull;
     run_loop(fill_done, NULL);
     qsort(g_late.v, g_late.n, sizeof *g_late.v, cmp_u32);
@@ -919,17 +960,32 @@ static void mode_fill(void) {
   } else if (opt.handshake) {
     wait_stdin_eof();
   }
-  printf("{\"mode\":\"fill\",\"proto\":\"%s\",\"count\":%ld,\"granted\":%ld,\"fill_s\":%.3f,"
-         "\"fill_per_s\":%.1f,\"lease_ms\":%ld,\"samples\":%ld,\"samples_granted\":%ld,"
+  long lease_min = 0, lease_max = 0;
+  for (long i = 0; i < g_nsamples; i++) {
+    if (!g_hold_lease_ms[i]) continue;
+    if (!lease_min || g_hold_lease_ms[i] < lease_min) lease_min = g_hold_lease_ms[i];
+    if (g_hold_lease_ms[i] > lease_max) lease_max = g_hold_lease_ms[i];
+  }
+  /* Where the samples' expiries fall, in s after the first expiry of the fill (t0 + lease). */
+  double first_s = g_nsamples > 0 ? ((double)g_fill_mark[0] - (double)t0) / 1e9 : 0;
+  double last_s = g_nsamples > 0 ? ((double)g_fill_mark[g_nsamples - 1] - (double)t0) / 1e9 : 0;
+  printf("{\"mode\":\"fill\",\"proto\":\"%s\",\"count\":%ld,\"filled\":%ld,\"granted\":%ld,"
+         "\"fill_s\":%.3f,\"fill_per_s\":%.1f,\"lease_ms\":%ld,\"samples\":%ld,"
+         "\"samples_held\":%ld,\"samples_granted\":%ld,\"samples_s\":%.3f,"
+         "\"sample_lease_min_ms\":%ld,\"sample_lease_max_ms\":%ld,"
+         "\"sample_expiry_first_s\":%.3f,\"sample_expiry_last_s\":%.3f,"
          "\"late_p50_ms\":%.3f,\"late_p99_ms\":%.3f,\"late_max_ms\":%.3f,"
          "\"late_from_send_p50_ms\":%.3f,\"late_from_send_p99_ms\":%.3f,"
-         "\"late_from_send_max_ms\":%.3f,\"holder_rtt_p50_ms\":%.3f,\"holder_rtt_p99_ms\":%.3f,",
-         opt.proto == LOCKD ? "lockd" : "redis", opt.count, g_granted, fill_s,
-         g_granted / fill_s, opt.lease_ms, g_nsamples, g_waiters_granted,
+         "\"late_from_send_max_ms\":%.3f,\"holder_rtt_p50_ms\":%.3f,\"holder_rtt_p99_ms\":%.3f,"
+         "\"holder_rtt_max_ms\":%.3f,",
+         opt.proto == LOCKD ? "lockd" : "redis", opt.count, g_fill_count, g_granted, fill_s,
+         g_granted / fill_s, opt.lease_ms, g_nsamples, g_holders_granted, g_waiters_granted,
+         samples_s, lease_min, lease_max, first_s, last_s,
          quantile_us(&g_late, 0.5) / 1000, quantile_us(&g_late, 0.99) / 1000,
          quantile_us(&g_late, 1.0) / 1000, quantile_us(&g_late_sent, 0.5) / 1000,
          quantile_us(&g_late_sent, 0.99) / 1000, quantile_us(&g_late_sent, 1.0) / 1000,
-         quantile_us(&g_sample_rtt, 0.5) / 1000, quantile_us(&g_sample_rtt, 0.99) / 1000);
+         quantile_us(&g_sample_rtt, 0.5) / 1000, quantile_us(&g_sample_rtt, 0.99) / 1000,
+         quantile_us(&g_sample_rtt, 1.0) / 1000);
   print_errors_json();
   printf("}\n");
 }

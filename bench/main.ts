@@ -6,7 +6,8 @@
  * figure is the median of the runs. Scenarios:
  *
  * 1. uncontended acquire+release pairs on distinct keys (1, 16, 64 connections; 1 and 32
- *    requests in flight per connection);
+ *    requests in flight per connection); the unpipelined ones also against the Deno floor
+ *    (`bench/floor_server.ts`: what a Deno server pays per request without any lock logic);
  * 2. contention: 64 clients on one key;
  * 3. memory per held lock and per queued waiter;
  * 4. lease precision with 1,000,000 leases expiring, and idle CPU while they are held;
@@ -28,6 +29,7 @@ import {
   runLoadgen,
   type ServerProcess,
   sleep,
+  startFloor,
   startLockd,
   startRedis,
   ticksPerSecond,
@@ -124,6 +126,8 @@ function parseOptions(args: string[]): Options | undefined {
 }
 
 type Kind = "lockd" | "redis";
+/** What the pairs scenario can drive: the two servers compared, and the Deno floor. */
+type Server = Kind | "floor";
 type Json = Record<string, unknown>;
 
 /** Everything a scenario needs: options, the load generator, scratch space, the findings. */
@@ -205,14 +209,22 @@ function progress(message: string): void {
 
 const PAIR_CONFIGS = [[1, 1], [16, 1], [64, 1], [1, 32], [16, 32], [64, 32]] as const;
 
+interface PairsMedian {
+  pairsPerS: number;
+  p50: number;
+  p99: number;
+  p999: number;
+}
+
 interface PairsFigure {
   conns: number;
   depth: number;
-  runs: Record<Kind, Json[]>;
-  median: Record<Kind, { pairsPerS: number; p50: number; p99: number; p999: number }>;
+  runs: Record<Kind, Json[]> & { floor?: Json[] };
+  /** `floor`: the Deno floor (`bench/floor_server.ts`), measured for the unpipelined runs. */
+  median: Record<Kind, PairsMedian> & { floor?: PairsMedian };
 }
 
-function pairsMedian(runs: Json[]) {
+function pairsMedian(runs: Json[]): PairsMedian {
   const pick = (field: string) => median(runs.map((r) => Number(r[field])));
   return {
     pairsPerS: pick("pairs_per_s"),
@@ -226,30 +238,34 @@ function pairsMedian(runs: Json[]) {
 const FIRST_WARMUP_S = 2;
 
 /**
- * Starts fresh servers of each kind, then alternates runs on them (lockd, Redis, lockd,
- * Redis, ...), `bench.options.runs` of each; the first run on a server warms up longer.
+ * Starts fresh servers of each kind in `kinds`, then alternates runs on them (lockd, Redis,
+ * lockd, Redis, ...), `bench.options.runs` of each; the first run on a server warms up
+ * longer. The result has a (possibly empty) list for lockd and Redis, and one for the floor
+ * if it was among `kinds`.
  */
 async function alternate(
   bench: Bench,
   label: string,
-  start: (kind: Kind) => Promise<ServerProcess[]>,
-  runOne: (kind: Kind, server: ServerProcess, warmup: number, what: string) => Promise<Json>,
-): Promise<Record<Kind, Json[]>> {
-  const runs: Record<Kind, Json[]> = { lockd: [], redis: [] };
-  const servers: Record<Kind, ServerProcess[]> = { lockd: [], redis: [] };
+  kinds: Server[],
+  start: (kind: Server) => Promise<ServerProcess[]>,
+  runOne: (kind: Server, server: ServerProcess, warmup: number, what: string) => Promise<Json>,
+): Promise<Record<Kind, Json[]> & { floor?: Json[] }> {
+  const runs: Record<Kind, Json[]> & { floor?: Json[] } = { lockd: [], redis: [] };
+  if (kinds.includes("floor")) runs.floor = [];
+  const servers: Record<Server, ServerProcess[]> = { lockd: [], redis: [], floor: [] };
   try {
-    for (const kind of bench.kinds) servers[kind] = await start(kind);
+    for (const kind of kinds) servers[kind] = await start(kind);
     for (let i = 0; i < bench.options.runs; i++) {
-      for (const kind of bench.kinds) {
+      for (const kind of kinds) {
         const what = `${label}, ${kind}, run ${i + 1}`;
         const gone = servers[kind].find((s) => s.exitCode() !== undefined);
         if (gone) throw new Error(`${gone.name} exited (code ${gone.exitCode()})\n${gone.log()}`);
         const warmup = bench.options.warmup + (i === 0 ? FIRST_WARMUP_S : 0);
-        runs[kind].push(await runOne(kind, servers[kind][0], warmup, what));
+        runs[kind]!.push(await runOne(kind, servers[kind][0], warmup, what));
       }
     }
   } finally {
-    for (const kind of bench.kinds) for (const s of servers[kind]) await bench.stop(s, label);
+    for (const kind of kinds) for (const s of servers[kind]) await bench.stop(s, label);
   }
   return runs;
 }
@@ -259,17 +275,19 @@ function pairsRuns(
   label: string,
   conns: number,
   depth: number,
-  start: (kind: Kind) => Promise<ServerProcess[]>,
-): Promise<Record<Kind, Json[]>> {
+  kinds: Server[],
+  start: (kind: Server) => Promise<ServerProcess[]>,
+): Promise<Record<Kind, Json[]> & { floor?: Json[] }> {
   return alternate(
     bench,
     `${label} ${conns}×${depth}`,
+    kinds,
     start,
     async (kind, server, warmup, what) => {
       const result = await bench.run(what, [
         "pairs",
         "--proto",
-        kind,
+        kind === "redis" ? "redis" : "lockd", // the floor answers lockd's protocol
         "--port",
         server.port,
         "--conns",
@@ -293,30 +311,36 @@ function pairsRuns(
   );
 }
 
-async function startSingle(bench: Bench, kind: Kind): Promise<ServerProcess[]> {
+async function startSingle(bench: Bench, kind: Server): Promise<ServerProcess[]> {
   return [
     kind === "lockd"
       ? await startLockd({ dataDir: bench.dir("lockd") })
-      : await startRedis({ dir: bench.dir("redis") }),
+      : kind === "redis"
+      ? await startRedis({ dir: bench.dir("redis") })
+      : await startFloor(),
   ];
 }
 
 async function scenarioPairs(bench: Bench): Promise<PairsFigure[]> {
   const figures: PairsFigure[] = [];
   for (const [conns, depth] of PAIR_CONFIGS) {
+    // Unpipelined, each request costs the server a read and a write: the Deno floor shows
+    // what those cost a Deno server that does nothing else.
+    const kinds: Server[] = depth === 1 ? [...bench.kinds, "floor"] : bench.kinds;
     const runs = await pairsRuns(
       bench,
       "scenario 1, pairs",
       conns,
       depth,
+      kinds,
       (kind) => startSingle(bench, kind),
     );
-    figures.push({
-      conns,
-      depth,
-      runs,
-      median: { lockd: pairsMedian(runs.lockd), redis: pairsMedian(runs.redis) },
-    });
+    const median: PairsFigure["median"] = {
+      lockd: pairsMedian(runs.lockd),
+      redis: pairsMedian(runs.redis),
+    };
+    if (runs.floor) median.floor = pairsMedian(runs.floor);
+    figures.push({ conns, depth, runs, median });
   }
   return figures;
 }
@@ -336,32 +360,38 @@ interface ContentionFigure {
 async function scenarioContention(bench: Bench): Promise<ContentionFigure> {
   const clients = 64;
   const label = "scenario 2, contention";
-  const start = (kind: Kind) => startSingle(bench, kind);
-  const runs = await alternate(bench, label, start, async (kind, server, warmup, what) => {
-    const result = await bench.run(what, [
-      "contend",
-      "--proto",
-      kind,
-      "--port",
-      server.port,
-      "--conns",
-      clients,
-      "--warmup",
-      warmup,
-      "--duration",
-      bench.options.duration,
-      "--retry-us",
-      bench.options.redisRetryUs,
-      "--prefix",
-      "bench:",
-    ]);
-    progress(
-      `${what}: ${int(Number(result.handoffs_per_s))} grants/s, wait p99 ${
-        num(Number(result.wait_p99_us) / 1000)
-      } ms, grants per client ${result.grants_min}–${result.grants_max}`,
-    );
-    return result;
-  });
+  const start = (kind: Server) => startSingle(bench, kind);
+  const runs = await alternate(
+    bench,
+    label,
+    bench.kinds,
+    start,
+    async (kind, server, warmup, what) => {
+      const result = await bench.run(what, [
+        "contend",
+        "--proto",
+        kind,
+        "--port",
+        server.port,
+        "--conns",
+        clients,
+        "--warmup",
+        warmup,
+        "--duration",
+        bench.options.duration,
+        "--retry-us",
+        bench.options.redisRetryUs,
+        "--prefix",
+        "bench:",
+      ]);
+      progress(
+        `${what}: ${int(Number(result.handoffs_per_s))} grants/s, wait p99 ${
+          num(Number(result.wait_p99_us) / 1000)
+        } ms, grants per client ${result.grants_min}–${result.grants_max}`,
+      );
+      return result;
+    },
+  );
   const summary = (rs: Json[]) => {
     const pick = (field: string) => median(rs.map((r) => Number(r[field])));
     return {
@@ -524,18 +554,28 @@ interface LeaseFigure {
   leaseS: number;
   samples: number;
   runs: Record<Kind, Json[]>;
-  /** Medians over runs of each run's quantiles, in ms. */
+  /**
+   * Medians over runs of each run's quantiles, in ms: [from the holder's reply (low), from
+   * its request (high)].
+   */
   lateP50: [number, number];
   lateP99: [number, number];
   lateMax: [number, number];
+  /** The sampled holders' acquire round trips (ms): how far apart the two bounds can be. */
+  holderRttP50: number;
   holderRttP99: number;
   idleCpu: Record<Kind, number>;
   fillPerS: Record<Kind, number>;
 }
 
+/** Sampled leases of the expiry scenario (at most a tenth of the locks). */
+const LEASE_SAMPLES = 1000;
+/** Pause between the last grant of the fill and the first sampled lease (server idle). */
+const LEASE_SETTLE_MS = 200;
+
 async function scenarioLeases(bench: Bench): Promise<LeaseFigure> {
   const { locks, lease } = bench.options;
-  const sampleEvery = Math.max(1, Math.floor(locks / 1000));
+  const samples = Math.max(1, Math.min(LEASE_SAMPLES, Math.floor(locks / 10)));
   const cpuWindowMs = 3000;
   const runs: Record<Kind, Json[]> = { lockd: [], redis: [] };
   for (let i = 0; i < bench.options.heavyRuns; i++) {
@@ -560,7 +600,7 @@ async function scenarioLeases(bench: Bench): Promise<LeaseFigure> {
           "--prefix",
           "lease:",
         ];
-        if (kind === "lockd") args.push("--sample-every", sampleEvery);
+        if (kind === "lockd") args.push("--samples", samples, "--settle-ms", LEASE_SETTLE_MS);
         const r = await bench.run(what, args, async (line) => {
           if (!line.startsWith("loaded") && !line.startsWith("filled")) return;
           fillS = Number(line.split(" ")[1]);
@@ -580,7 +620,7 @@ async function scenarioLeases(bench: Bench): Promise<LeaseFigure> {
       const late = kind === "lockd"
         ? `, lateness p99 ${num(Number(result.late_p99_ms))}–${
           num(Number(result.late_from_send_p99_ms))
-        } ms`
+        } ms (holder round trip p99 ${num(Number(result.holder_rtt_p99_ms))} ms)`
         : "";
       progress(`${what}: idle CPU ${num(Number(result.idle_cpu_percent))} %${late}`);
     }
@@ -589,11 +629,12 @@ async function scenarioLeases(bench: Bench): Promise<LeaseFigure> {
   return {
     locks,
     leaseS: lease,
-    samples: Math.ceil(locks / sampleEvery),
+    samples,
     runs,
     lateP50: [pick("lockd", "late_p50_ms"), pick("lockd", "late_from_send_p50_ms")],
     lateP99: [pick("lockd", "late_p99_ms"), pick("lockd", "late_from_send_p99_ms")],
     lateMax: [pick("lockd", "late_max_ms"), pick("lockd", "late_from_send_max_ms")],
+    holderRttP50: pick("lockd", "holder_rtt_p50_ms"),
     holderRttP99: pick("lockd", "holder_rtt_p99_ms"),
     idleCpu: { lockd: pick("lockd", "idle_cpu_percent"), redis: pick("redis", "idle_cpu_percent") },
     fillPerS: { lockd: pick("lockd", "fill_per_s"), redis: pick("redis", "fill_per_s") },
@@ -709,6 +750,7 @@ async function scenarioCluster(bench: Bench): Promise<ClusterFigure> {
     "scenario 5, pairs with a standby",
     64,
     32,
+    bench.kinds,
     (kind) => kind === "lockd" ? startCluster(bench) : startReplicated(bench),
   );
   const pairs: PairsFigure = {
@@ -859,18 +901,32 @@ function cell(...values: string[]): string {
 
 function table(results: Results): string[] {
   const rows: string[][] = [];
-  const row = (scenario: string, metric: string, lockd: string, redis: string, r = "") =>
-    rows.push([scenario, metric, lockd, redis, r]);
+  const row = (
+    scenario: string,
+    metric: string,
+    lockd: string,
+    redis: string,
+    r = "",
+    floor = "",
+  ) => rows.push([scenario, metric, lockd, redis, r, floor]);
   for (const p of results.pairs ?? []) {
-    const l = p.median.lockd, r = p.median.redis;
+    const l = p.median.lockd, r = p.median.redis, f = p.median.floor;
     const name = `1. pairs, ${p.conns} conn × ${p.depth} in flight`;
-    row(name, "pairs/s", int(l.pairsPerS), int(r.pairsPerS), ratio(l.pairsPerS, r.pairsPerS));
+    row(
+      name,
+      "pairs/s",
+      int(l.pairsPerS),
+      int(r.pairsPerS),
+      ratio(l.pairsPerS, r.pairsPerS),
+      f ? `${int(f.pairsPerS)} (${ratio(f.pairsPerS, r.pairsPerS)} Redis)` : "",
+    );
     row(
       name,
       "pair latency p50 / p99 / p99.9 (µs)",
       cell(num(l.p50), num(l.p99), num(l.p999)),
       cell(num(r.p50), num(r.p99), num(r.p999)),
       cell(ratio(l.p50, r.p50), ratio(l.p99, r.p99), ratio(l.p999, r.p999)),
+      f ? cell(num(f.p50), num(f.p99), num(f.p999)) : "",
     );
   }
   const c = results.contention;
@@ -934,6 +990,12 @@ function table(results: Results): string[] {
     );
     row(
       name,
+      "sampled holders' acquire round trip p50 / p99 (ms; the width of each range above)",
+      cell(num(l.holderRttP50), num(l.holderRttP99)),
+      "",
+    );
+    row(
+      name,
       `idle CPU with ${int(l.locks)} leases held (% of one core)`,
       num(l.idleCpu.lockd),
       num(l.idleCpu.redis),
@@ -982,7 +1044,12 @@ function table(results: Results): string[] {
   }
   // The scenario is named on its first row only.
   for (let i = rows.length - 1; i > 0; i--) if (rows[i][0] === rows[i - 1][0]) rows[i][0] = "";
-  const header = ["scenario", "metric", "lockd", "Redis", "lockd/Redis"];
+  const header = ["scenario", "metric", "lockd", "Redis", "lockd/Redis", "Deno floor"];
+  // The Deno floor column is there when the unpipelined pairs were measured.
+  if (rows.every((r) => r[5] === "")) {
+    header.pop();
+    for (const r of rows) r.pop();
+  }
   return [
     `| ${header.join(" | ")} |`,
     `| ${header.map(() => "---").join(" | ")} |`,
@@ -997,6 +1064,8 @@ function markdown(
   command: string,
   anomalies: string[],
 ): string {
+  const leaseSamples = results.leases?.samples ?? LEASE_SAMPLES;
+  const sampleStride = ((results.leases?.locks ?? options.locks) - leaseSamples) / leaseSamples;
   const out = [
     "# lockd vs Redis as a lock: benchmark results",
     "",
@@ -1012,7 +1081,11 @@ function markdown(
     "process (epoll, one thread) with the same keys and connection settings for both; Redis is " +
     "used with the Redlock recipe (`SET key token NX PX ms`, release by a compare-and-delete " +
     "script run with `EVALSHA`). Latency is per acquire+release pair, from sending the acquire " +
-    "to receiving the release's reply.",
+    "to receiving the release's reply. The unpipelined pair runs also drive the Deno floor " +
+    "(`bench/floor_server.ts`, last column), in turn with the other two: a Deno line server " +
+    "that answers each acquire and release at once, without any lock logic, with lockd's I/O " +
+    "pattern (16 KiB reads, one write per read, Nagle off). It is what a Deno server pays per " +
+    "request on this machine before doing any work; a reference, not part of the targets.",
     "",
     ...table(results),
     "",
@@ -1034,13 +1107,22 @@ function markdown(
     `whose \`SET NX\` is refused retries after ${options.redisRetryUs} µs ` +
     "(`--redis-retry-us`); a client that has just released asks again at once. Wait is from " +
     "the first attempt to the grant.",
-    "- Lease lateness: every ~1000th lease is taken on a connection of its own, one request at " +
-    "a time, and a waiter queues behind it; lateness is the waiter's grant time minus the " +
-    "holder's grant time and the lease. The holder's grant time is known within one round " +
-    "trip, so each figure is a range: measured from the holder's reply (low) and from its " +
-    "request (high). Leases are taken as fast as the server grants them, so they also " +
-    "expire at that rate. Idle CPU: `/proc/<pid>/stat` user+system time over 3 s while every " +
-    "lease is held and no request arrives.",
+    `- Lease lateness: the load generator fills all but ${int(leaseSamples)} of the leases ` +
+    `(${options.lease} s each, 4 connections × 100 in flight) as fast as the server grants ` +
+    `them, so they also expire at that rate. ${LEASE_SETTLE_MS} ms after the last grant, ` +
+    `with the server idle, it takes the ${int(leaseSamples)} sampled leases, one request at ` +
+    "a time on a connection of their own, and queues a waiter behind each on another " +
+    "connection. Each sample gets the lease that makes it expire together with the fill's " +
+    `lease of the same rank (the reply time of every ${int(sampleStride)}th fill grant, plus ` +
+    "the fill's lease), so the samples' expiries are spread over the whole mass expiry as " +
+    "densely as the fill's. Lateness is the waiter's grant time minus the holder's grant " +
+    "time and its lease. The holder's grant time is known within its round trip to the idle " +
+    "server (in the table), so each figure is a range: measured from the holder's reply " +
+    "(low) and from its request (high). Idle CPU: `/proc/<pid>/stat` user+system time over " +
+    "3 s while every lease is held, the waiters are queued, and no request arrives.",
+    "- Deno floor: `bench/floor_server.ts`, started fresh like the others and driven by the " +
+    "same load generator with the same requests; it answers `A <key> A <n>` (a counter) and " +
+    "`R <key> R` from the bytes, without decoding text, storing or checking anything.",
     "- Cluster: two lockd nodes started with `--peers` (default heartbeat 0.1 s, failover " +
     "timeout 1 s); Redis with one replica (`--replicaof`). Failover and handoff: one client " +
     "acquires and releases fresh keys back to back, follows `M` replies and retries every " +

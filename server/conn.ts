@@ -235,6 +235,9 @@ export class Connection {
           continue;
         }
         this.#lines(buf.subarray(0, lastNewline));
+        // This read's replies go out now, in one write: waiting for the end of the turn
+        // would hold them behind every other connection's requests read in the same turn.
+        this.flush();
         kept = end - lastNewline - 1;
         if (kept > 0) buf.copyWithin(0, lastNewline + 1, end);
         if (kept > MAX_LINE_BYTES + 1) this.#lineTooLong();
