@@ -11,9 +11,7 @@
  * @module
  */
 
-import { LineClient } from "./_helpers.ts";
-
-const MAIN = new URL("../server/main.ts", import.meta.url).pathname;
+import { LineClient, spawnMain } from "./_helpers.ts";
 
 /** Prefix of every data directory made here (and so of the nodes' command lines). */
 export const DATA_DIR_PREFIX = "lockd-cluster-test-";
@@ -65,13 +63,7 @@ class NodeProcess {
   #listeners = new Set<() => void>();
 
   constructor(args: string[], env: Record<string, string>) {
-    const child = new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", MAIN, ...args],
-      env,
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
+    const child = spawnMain(args, env);
     this.child = child;
     const errDone = (async () => {
       for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) {
@@ -491,6 +483,21 @@ export function tokenOf(reply: string | null, key: string): bigint {
     throw new Error(`expected a grant of ${JSON.stringify(key)}, got ${JSON.stringify(reply)}`);
   }
   return BigInt(match[2]);
+}
+
+/** Waits until `member` received the replicated grant `key`/`token` (from its trace). */
+export function replicated(member: Member, key: string, token: bigint): Promise<RegExpExecArray> {
+  return member.waitForLog(new RegExp(` > H ${key} ${token} `), { timeoutMs: 3000 });
+}
+
+/** Runs `fn` with a raw connection to `member`, closed afterwards. */
+export async function withLine<T>(member: Member, fn: (c: LineClient) => Promise<T>): Promise<T> {
+  const client = await LineClient.connect(member.port);
+  try {
+    return await fn(client);
+  } finally {
+    await client.close();
+  }
 }
 
 /**

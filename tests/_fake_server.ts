@@ -12,6 +12,9 @@
  * @module
  */
 
+import { Acceptor } from "./_acceptor.ts";
+import { Waiters } from "./_waiters.ts";
+
 const encoder = new TextEncoder();
 
 /** Default limit of every wait, in ms: a failing test fails fast instead of hanging. */
@@ -224,20 +227,26 @@ export class FakeServer implements AsyncDisposable {
   handler: Handler | undefined;
   /** Answer the client's `?` latency probe like lockd (`? - E unknown op`) without logging it. */
   answerPings = true;
-  #listener: Deno.TcpListener | undefined;
-  #accepting: Promise<void> = Promise.resolve();
-  #waiters = new Set<() => void>();
+  #acceptor: Acceptor;
+  #waiters = new Waiters();
   #timers = new Set<ReturnType<typeof setTimeout>>();
   #closed = false;
 
-  private constructor(listener: Deno.TcpListener) {
-    this.port = listener.addr.port;
-    this.#start(listener);
+  private constructor(port: number) {
+    this.#acceptor = new Acceptor(port, (conn, current) => {
+      if (this.#closed || !current()) {
+        conn.close();
+        return;
+      }
+      this.connections.push(new FakeConnection(this.connections.length + 1, conn, this));
+      this.notify();
+    });
+    this.port = this.#acceptor.port;
   }
 
   /** Starts listening on `127.0.0.1:port` (port 0: a free one). */
   static start(port = 0): Promise<FakeServer> {
-    return Promise.resolve(new FakeServer(Deno.listen({ hostname: "127.0.0.1", port })));
+    return Promise.resolve(new FakeServer(port));
   }
 
   /** `127.0.0.1:<port>`, as a client address and as in `M` replies. */
@@ -247,7 +256,7 @@ export class FakeServer implements AsyncDisposable {
 
   /** Whether the server accepts new connections. */
   get listening(): boolean {
-    return this.#listener !== undefined;
+    return this.#acceptor.listening;
   }
 
   /** Number of connections accepted so far. */
@@ -293,29 +302,7 @@ export class FakeServer implements AsyncDisposable {
    * connection accepted or closed, a line received). Rejects after `timeoutMs`.
    */
   until(condition: () => boolean, what = "condition", options: WaitOptions = {}): Promise<void> {
-    if (condition()) return Promise.resolve();
-    const timeoutMs = options.timeoutMs ?? DEFAULT_WAIT_MS;
-    return new Promise((resolve, reject) => {
-      const check = () => {
-        try {
-          if (!condition()) return;
-        } catch (error) {
-          done();
-          return reject(error);
-        }
-        done();
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        done();
-        reject(new Error(`Timed out after ${timeoutMs} ms waiting for ${what}`));
-      }, timeoutMs);
-      const done = () => {
-        clearTimeout(timer);
-        this.#waiters.delete(check);
-      };
-      this.#waiters.add(check);
-    });
+    return this.#waiters.until(condition, what, options.timeoutMs ?? DEFAULT_WAIT_MS);
   }
 
   /** Resolves once `n` connections have been accepted in all. */
@@ -329,15 +316,8 @@ export class FakeServer implements AsyncDisposable {
   }
 
   /** Stops accepting: new connections are refused (the port is free until {@linkcode listen}). */
-  async stopListening(): Promise<void> {
-    const listener = this.#listener;
-    this.#listener = undefined;
-    try {
-      listener?.close();
-    } catch {
-      // Already closed.
-    }
-    await this.#accepting;
+  stopListening(): Promise<void> {
+    return this.#acceptor.stop();
   }
 
   /** Closes every open connection (each mid-request if one is outstanding). */
@@ -353,8 +333,7 @@ export class FakeServer implements AsyncDisposable {
 
   /** Listens again on the same port: the node is back. */
   listen(): void {
-    if (this.#listener !== undefined || this.#closed) return;
-    this.#start(Deno.listen({ hostname: "127.0.0.1", port: this.port }));
+    if (!this.#closed) this.#acceptor.listen();
   }
 
   /** Runs `fn` after `ms`, unless the server is closed first. */
@@ -382,7 +361,7 @@ export class FakeServer implements AsyncDisposable {
 
   /** Wakes the waiters. Internal. */
   notify(): void {
-    for (const check of [...this.#waiters]) check();
+    this.#waiters.notify();
   }
 
   /** Records a line. Internal (called by connections). */
@@ -402,26 +381,6 @@ export class FakeServer implements AsyncDisposable {
     this.log.push(request);
     this.handler?.(request);
     this.notify();
-  }
-
-  #start(listener: Deno.TcpListener): void {
-    this.#listener = listener;
-    this.#accepting = (async () => {
-      for (;;) {
-        let conn: Deno.TcpConn;
-        try {
-          conn = await listener.accept();
-        } catch {
-          return; // The listener was closed.
-        }
-        if (this.#closed || this.#listener !== listener) {
-          conn.close();
-          continue;
-        }
-        this.connections.push(new FakeConnection(this.connections.length + 1, conn, this));
-        this.notify();
-      }
-    })();
   }
 }
 

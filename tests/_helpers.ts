@@ -1,8 +1,12 @@
 /**
- * Test helpers: spawn a real lockd process on a free port, and talk to it with raw lines.
+ * Test helpers: run a real lockd process (on a free port, or to its exit), talk to it with
+ * raw lines, and check its grant replies.
  *
  * @module
  */
+
+import assert from "node:assert/strict";
+import { setTimeout as delay } from "node:timers/promises";
 
 const ROOT = new URL("../", import.meta.url);
 const MAIN = new URL("server/main.ts", ROOT).pathname;
@@ -40,41 +44,73 @@ export interface StartOptions {
   env?: Record<string, string>;
 }
 
-/** Runs `server/main.ts` with `args` and no expectations (for CLI tests). */
-export async function runMain(
-  args: string[],
-  env?: Record<string, string>,
-): Promise<{ code: number; stdout: string; stderr: string }> {
-  const out = await new Deno.Command(Deno.execPath(), {
+/** The command that runs `server/main.ts` with `args`: stdin closed, stdout and stderr piped. */
+function mainCommand(args: string[], env?: Record<string, string>): Deno.Command {
+  return new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", MAIN, ...args],
     env,
     stdin: "null",
     stdout: "piped",
     stderr: "piped",
-  }).output();
+  });
+}
+
+/** Starts `server/main.ts` with `args` (stdin closed, stdout and stderr piped). */
+export function spawnMain(args: string[], env?: Record<string, string>): Deno.ChildProcess {
+  return mainCommand(args, env).spawn();
+}
+
+/** Runs `server/main.ts` with `args` and no expectations (for CLI tests). */
+export async function runMain(
+  args: string[],
+  env?: Record<string, string>,
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const out = await mainCommand(args, env).output();
   const decoder = new TextDecoder();
   return { code: out.code, stdout: decoder.decode(out.stdout), stderr: decoder.decode(out.stderr) };
+}
+
+/**
+ * Runs `server/main.ts` to its exit, killing it if it is still running after `timeoutMs`
+ * (a guard against a server that starts when it should not).
+ */
+export async function runToExit(
+  args: string[],
+  env?: Record<string, string>,
+  timeoutMs = 20_000,
+): Promise<{ code: number; stdout: string; stderr: string; timedOut: boolean }> {
+  const child = spawnMain(args, env);
+  const output = child.output();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let timedOut = false;
+  await Promise.race([
+    output,
+    new Promise<void>((resolve) => {
+      timer = setTimeout(() => {
+        timedOut = true;
+        child.kill("SIGKILL");
+        resolve();
+      }, timeoutMs);
+    }),
+  ]);
+  clearTimeout(timer);
+  const out = await output;
+  const decoder = new TextDecoder();
+  return {
+    code: out.code,
+    stdout: decoder.decode(out.stdout),
+    stderr: decoder.decode(out.stderr),
+    timedOut,
+  };
 }
 
 /** Starts lockd on a free port and waits for its ready line. */
 export async function startServer(options: StartOptions = {}): Promise<ServerProcess> {
   const dataDir = options.dataDir ?? await Deno.makeTempDir({ prefix: "lockd-test-" });
-  const child = new Deno.Command(Deno.execPath(), {
-    args: [
-      "run",
-      "-A",
-      MAIN,
-      "--listen",
-      options.listen ?? "127.0.0.1:0",
-      "--data-dir",
-      dataDir,
-      ...(options.args ?? []),
-    ],
-    env: options.env,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
+  const child = spawnMain(
+    ["--listen", options.listen ?? "127.0.0.1:0", "--data-dir", dataDir, ...(options.args ?? [])],
+    options.env,
+  );
   let errText = "";
   const errDone = (async () => {
     for await (const chunk of child.stderr.pipeThrough(new TextDecoderStream())) errText += chunk;
@@ -266,4 +302,96 @@ export async function waitFor(
     if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, everyMs));
   }
+}
+
+/** Opens clients against one server and closes them all at the end. */
+export class Clients {
+  #open: LineClient[] = [];
+  constructor(readonly port: number) {}
+
+  /** Connects a new client, closed by {@linkcode closeAll}. */
+  async connect(): Promise<LineClient> {
+    const client = await LineClient.connect(this.port);
+    this.#open.push(client);
+    return client;
+  }
+
+  /**
+   * Connects until the server accepts the connection, that is, answers a request (with
+   * `--max-connections`, this proves that the server has processed the close of an earlier
+   * connection).
+   */
+  async connectAccepted(timeoutMs = 3000): Promise<LineClient> {
+    const until = Date.now() + timeoutMs;
+    for (;;) {
+      const client = await this.connect();
+      let line: string | null = null;
+      try {
+        line = await client.request("R accept-probe 1", 1000);
+      } catch {
+        line = null;
+      }
+      if (line === "R accept-probe N") return client;
+      await client.close();
+      if (Date.now() > until) throw new Error(`no connection accepted within ${timeoutMs} ms`);
+      await delay(10);
+    }
+  }
+
+  /** Closes every client opened so far. */
+  async closeAll(): Promise<void> {
+    await Promise.all(this.#open.map((c) => c.close()));
+    this.#open = [];
+  }
+}
+
+/** Starts a server, runs `fn`, then closes every client, stops the server, removes its dir. */
+export async function withServer(
+  options: StartOptions,
+  fn: (server: ServerProcess, clients: Clients) => Promise<void>,
+): Promise<void> {
+  const server = await startServer(options);
+  const clients = new Clients(server.port);
+  try {
+    await fn(server, clients);
+  } finally {
+    await clients.closeAll();
+    await server.stop();
+    await removeDir(server.dataDir);
+  }
+}
+
+/** Removes a temp dir (already gone is fine: cleanup must not hide a test's own error). */
+async function removeDir(dir: string): Promise<void> {
+  try {
+    await Deno.remove(dir, { recursive: true });
+  } catch (error) {
+    if (!(error instanceof Deno.errors.NotFound)) throw error;
+  }
+}
+
+/** The largest fencing token, 2^64-1 (SPEC §1). */
+export const MAX_TOKEN = 18446744073709551615n;
+
+/**
+ * Asserts that `reply` is `A <key> A <token>` and returns the token, of any size (the
+ * failure message shortens a long key or reply). {@linkcode grantOf} also checks the bound.
+ */
+export function parseGrant(reply: string | null, key: string): bigint {
+  const parts = (reply ?? "").split(" ");
+  assert.ok(
+    parts.length === 4 && parts[0] === "A" && parts[1] === key && parts[2] === "A" &&
+      /^[1-9][0-9]*$/.test(parts[3]),
+    `expected a grant of ${JSON.stringify(key).slice(0, 80)}, got ${
+      JSON.stringify(reply)?.slice(0, 200)
+    }`,
+  );
+  return BigInt(parts[3]);
+}
+
+/** Asserts that `reply` is `A <key> A <token>` with a token of at most 2^64-1; returns it. */
+export function grantOf(reply: string | null, key: string): bigint {
+  const token = parseGrant(reply, key);
+  assert.ok(token <= MAX_TOKEN, `token ${token} is above 2^64-1`);
+  return token;
 }

@@ -6,6 +6,9 @@
  * @module
  */
 
+import { Acceptor } from "./_acceptor.ts";
+import { Waiters } from "./_waiters.ts";
+
 /** One proxied client connection. */
 export interface ProxiedConnection {
   /** Order of acceptance, from 0. */
@@ -118,25 +121,21 @@ export class TcpProxy {
   readonly port: number;
   #target: number;
   #delayMs: number;
-  #listener: Deno.Listener | undefined;
-  #accepting: Promise<void> | undefined;
+  #acceptor: Acceptor;
   #pairs: Pair[] = [];
-  #watchers = new Set<() => void>();
+  #waiters = new Waiters();
   #closed = false;
 
-  private constructor(port: number, target: number, delayMs: number) {
-    this.port = port;
+  private constructor(target: number, delayMs: number) {
     this.#target = target;
     this.#delayMs = delayMs;
+    this.#acceptor = new Acceptor(0, (client, current) => this.#forward(client, current));
+    this.port = this.#acceptor.port;
   }
 
   /** Starts a proxy on a free port that forwards to `127.0.0.1:<targetPort>`. */
   static start(targetPort: number, options: ProxyOptions = {}): TcpProxy {
-    const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-    const port = (listener.addr as Deno.NetAddr).port;
-    const proxy = new TcpProxy(port, targetPort, options.delayMs ?? 0);
-    proxy.#listen(listener);
-    return proxy;
+    return new TcpProxy(targetPort, options.delayMs ?? 0);
   }
 
   /** `127.0.0.1:<port>`. */
@@ -156,7 +155,7 @@ export class TcpProxy {
 
   /** Whether new connections are accepted. */
   get accepting(): boolean {
-    return this.#listener !== undefined;
+    return this.#acceptor.listening;
   }
 
   /** Cuts every open connection (new ones are still accepted unless {@linkcode down}). */
@@ -166,22 +165,14 @@ export class TcpProxy {
 
   /** Stops accepting (connection refused) and cuts every connection. */
   async down(): Promise<void> {
-    const listener = this.#listener;
-    this.#listener = undefined;
-    try {
-      listener?.close();
-    } catch {
-      // Already closed.
-    }
-    await this.#accepting;
+    await this.#acceptor.stop();
     this.cutAll();
     await Promise.all(this.#pairs.map((p) => p.closed));
   }
 
   /** Accepts connections again, on the same port. */
   up(): void {
-    if (this.#listener !== undefined || this.#closed) return;
-    this.#listen(Deno.listen({ hostname: "127.0.0.1", port: this.port }));
+    if (!this.#closed) this.#acceptor.listen();
   }
 
   /**
@@ -189,23 +180,7 @@ export class TcpProxy {
    * client sends and every close; rejects after `timeoutMs`.
    */
   until(check: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-    if (check()) return Promise.resolve();
-    return new Promise((resolve, reject) => {
-      const watcher = () => {
-        if (!check()) return;
-        done();
-        resolve();
-      };
-      const timer = setTimeout(() => {
-        done();
-        reject(new Error(`timed out after ${timeoutMs} ms waiting for ${what}`));
-      }, timeoutMs);
-      const done = () => {
-        clearTimeout(timer);
-        this.#watchers.delete(watcher);
-      };
-      this.#watchers.add(watcher);
-    });
+    return this.#waiters.until(check, what, timeoutMs);
   }
 
   /** Stops accepting, cuts everything and waits until every socket is closed. */
@@ -214,43 +189,29 @@ export class TcpProxy {
     await this.down();
   }
 
-  #notify(): void {
-    for (const watcher of [...this.#watchers]) watcher();
-  }
-
-  #listen(listener: Deno.Listener): void {
-    this.#listener = listener;
-    this.#accepting = (async () => {
-      for (;;) {
-        let client: Deno.TcpConn;
-        try {
-          client = await listener.accept() as Deno.TcpConn;
-        } catch {
-          return; // Closed.
-        }
-        let server: Deno.TcpConn;
-        try {
-          server = await Deno.connect({ hostname: "127.0.0.1", port: this.#target });
-        } catch {
-          client.close();
-          continue;
-        }
-        if (this.#listener !== listener) {
-          client.close();
-          server.close();
-          continue;
-        }
-        const pair = new Pair(
-          this.#pairs.length,
-          client,
-          server,
-          () => this.#notify(),
-          this.#delayMs,
-        );
-        this.#pairs.push(pair);
-        pair.closed.then(() => this.#notify());
-        this.#notify();
-      }
-    })();
+  /** Connects an accepted client to the target and starts pumping both ways. */
+  async #forward(client: Deno.TcpConn, current: () => boolean): Promise<void> {
+    let server: Deno.TcpConn;
+    try {
+      server = await Deno.connect({ hostname: "127.0.0.1", port: this.#target });
+    } catch {
+      client.close();
+      return;
+    }
+    if (!current()) {
+      client.close();
+      server.close();
+      return;
+    }
+    const pair = new Pair(
+      this.#pairs.length,
+      client,
+      server,
+      () => this.#waiters.notify(),
+      this.#delayMs,
+    );
+    this.#pairs.push(pair);
+    pair.closed.then(() => this.#waiters.notify());
+    this.#waiters.notify();
   }
 }

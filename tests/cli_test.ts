@@ -6,9 +6,7 @@
 import assert from "node:assert/strict";
 import denoJson from "../deno.json" with { type: "json" };
 import { type Config, HELP, parseConfig, UsageError } from "../server/cli.ts";
-import { LineClient, runMain, startServer } from "./_helpers.ts";
-
-const MAIN = new URL("../server/main.ts", import.meta.url).pathname;
+import { LineClient, runMain, runToExit, spawnMain, startServer } from "./_helpers.ts";
 
 /** An environment lookup over a plain record. */
 function envOf(vars: Record<string, string> = {}): (name: string) => string | undefined {
@@ -28,46 +26,6 @@ function usageError(args: string[], vars: Record<string, string> = {}): string {
   assert.ok(caught.message.length > 0);
   assert.ok(!caught.message.includes("\n"), "a usage error is one line");
   return caught.message;
-}
-
-/**
- * Runs server/main.ts to its exit, killing it if it is still running after `timeoutMs`
- * (a guard against a server that starts when it should not).
- */
-async function runToExit(
-  args: string[],
-  env?: Record<string, string>,
-  timeoutMs = 20_000,
-): Promise<{ code: number; stdout: string; stderr: string; timedOut: boolean }> {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", MAIN, ...args],
-    env,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const output = child.output();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  let timedOut = false;
-  await Promise.race([
-    output,
-    new Promise<void>((resolve) => {
-      timer = setTimeout(() => {
-        timedOut = true;
-        child.kill("SIGKILL");
-        resolve();
-      }, timeoutMs);
-    }),
-  ]);
-  clearTimeout(timer);
-  const out = await output;
-  const decoder = new TextDecoder();
-  return {
-    code: out.code,
-    stdout: decoder.decode(out.stdout),
-    stderr: decoder.decode(out.stderr),
-    timedOut,
-  };
 }
 
 Deno.test("parseConfig() gives the defaults of SPEC §6", () => {
@@ -103,47 +61,52 @@ interface FlagCase {
   check: (config: Config, value: "value" | "other") => void;
 }
 
+/** A {@linkcode FlagCase} check: `config[field]` deep-equals `value` or `other`, as asked. */
+function deepCheck<K extends keyof Config>(
+  field: K,
+  value: Config[K],
+  other: Config[K],
+): FlagCase["check"] {
+  return (c, v) => assert.deepEqual(c[field], v === "value" ? value : other);
+}
+
 const FLAG_CASES: FlagCase[] = [
   {
     flag: "--listen",
     env: "LOCKD_LISTEN",
     value: "0.0.0.0:7000",
     other: "127.0.0.2:0",
-    check: (c, v) =>
-      assert.deepEqual(
-        c.listen,
-        v === "value" ? { hostname: "0.0.0.0", port: 7000 } : { hostname: "127.0.0.2", port: 0 },
-      ),
+    check: deepCheck(
+      "listen",
+      { hostname: "0.0.0.0", port: 7000 },
+      { hostname: "127.0.0.2", port: 0 },
+    ),
   },
   {
     flag: "--peers",
     env: "LOCKD_PEERS",
     value: "10.0.0.1:7321,10.0.0.2:7321,[::1]:7000",
     other: "a:1",
-    check: (c, v) =>
-      assert.deepEqual(
-        c.peers,
-        v === "value"
-          ? [
-            { hostname: "10.0.0.1", port: 7321 },
-            { hostname: "10.0.0.2", port: 7321 },
-            { hostname: "::1", port: 7000 },
-          ]
-          : [{ hostname: "a", port: 1 }],
-      ),
+    check: deepCheck(
+      "peers",
+      [
+        { hostname: "10.0.0.1", port: 7321 },
+        { hostname: "10.0.0.2", port: 7321 },
+        { hostname: "::1", port: 7000 },
+      ],
+      [{ hostname: "a", port: 1 }],
+    ),
   },
   {
     flag: "--advertise",
     env: "LOCKD_ADVERTISE",
     value: "node-a.example:7321",
     other: "10.0.0.9:1",
-    check: (c, v) =>
-      assert.deepEqual(
-        c.advertise,
-        v === "value"
-          ? { hostname: "node-a.example", port: 7321 }
-          : { hostname: "10.0.0.9", port: 1 },
-      ),
+    check: deepCheck(
+      "advertise",
+      { hostname: "node-a.example", port: 7321 },
+      { hostname: "10.0.0.9", port: 1 },
+    ),
   },
   {
     flag: "--data-dir",
@@ -171,11 +134,7 @@ const FLAG_CASES: FlagCase[] = [
     env: "LOCKD_BRIDGE",
     value: "127.0.0.1:8080",
     other: "[::]:9",
-    check: (c, v) =>
-      assert.deepEqual(
-        c.bridge,
-        v === "value" ? { hostname: "127.0.0.1", port: 8080 } : { hostname: "::", port: 9 },
-      ),
+    check: deepCheck("bridge", { hostname: "127.0.0.1", port: 8080 }, { hostname: "::", port: 9 }),
   },
   {
     flag: "--heartbeat",
@@ -530,14 +489,8 @@ Deno.test("main --listen 127.0.0.1:0 prints the real port and stops with exit 0 
 Deno.test("main prints exactly one line on stdout and exits 0 on SIGINT", async () => {
   const dataDir = await Deno.makeTempDir({ prefix: "lockd-cli-" });
   try {
-    const child = new Deno.Command(Deno.execPath(), {
-      args: ["run", "-A", MAIN],
-      // Every setting from the environment: LOCKD_LISTEN and LOCKD_DATA_DIR take effect.
-      env: { LOCKD_LISTEN: "127.0.0.1:0", LOCKD_DATA_DIR: dataDir },
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).spawn();
+    // Every setting from the environment: LOCKD_LISTEN and LOCKD_DATA_DIR take effect.
+    const child = spawnMain([], { LOCKD_LISTEN: "127.0.0.1:0", LOCKD_DATA_DIR: dataDir });
     const stderr = new Response(child.stderr).text();
     const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
     let out = "";

@@ -19,22 +19,10 @@ import {
 } from "../mod.ts";
 import { LineClient, type ServerProcess, type StartOptions, startServer } from "./_helpers.ts";
 import { TcpProxy } from "./_proxy.ts";
+import { assertNoUnhandledRejections } from "./_unhandled.ts";
 
 // ---------------------------------------------------------------------------------------
 // Local helpers
-
-/** Unhandled promise rejections seen during the run: there must be none. */
-const unhandled: unknown[] = [];
-globalThis.addEventListener("unhandledrejection", (event) => {
-  event.preventDefault();
-  unhandled.push(event.reason);
-});
-
-/** Asserts that no promise rejection went unhandled so far (after one macrotask). */
-async function assertNoUnhandledRejections(): Promise<void> {
-  await delay(0);
-  assert.deepEqual(unhandled.splice(0), [], "unhandled promise rejections");
-}
 
 /** Closes every client made through it, stops the server and removes its directory. */
 class Fixture {

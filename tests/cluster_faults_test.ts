@@ -11,38 +11,21 @@
 import assert from "node:assert/strict";
 import { type Lock, LockClient } from "../mod.ts";
 import { LineClient } from "./_helpers.ts";
-import { Cluster, DATA_DIR_PREFIX, freePorts, Member, sleep, tokenOf, within } from "./_cluster.ts";
+import {
+  Cluster,
+  DATA_DIR_PREFIX,
+  freePorts,
+  Member,
+  replicated,
+  sleep,
+  tokenOf,
+  within,
+  withLine,
+} from "./_cluster.ts";
+import { assertNoUnhandledRejections } from "./_unhandled.ts";
 
 // ---------------------------------------------------------------------------------------
 // Local helpers
-
-/** Unhandled promise rejections seen during the run: there must be none. */
-const unhandled: unknown[] = [];
-globalThis.addEventListener("unhandledrejection", (event) => {
-  event.preventDefault();
-  unhandled.push(event.reason);
-});
-
-/** Asserts that no promise rejection went unhandled so far (after one macrotask). */
-async function assertNoUnhandledRejections(): Promise<void> {
-  await sleep(0);
-  assert.deepEqual(unhandled.splice(0), [], "unhandled promise rejections");
-}
-
-/** Waits until `member` received the replicated grant `key`/`token` (from its trace). */
-function replicated(member: Member, key: string, token: bigint): Promise<RegExpExecArray> {
-  return member.waitForLog(new RegExp(` > H ${key} ${token} `), { timeoutMs: 3000 });
-}
-
-/** Runs `fn` with a raw connection to `member`, closed afterwards. */
-async function withLine<T>(member: Member, fn: (c: LineClient) => Promise<T>): Promise<T> {
-  const client = await LineClient.connect(member.port);
-  try {
-    return await fn(client);
-  } finally {
-    await client.close();
-  }
-}
 
 /** `A <key> 30 0` on `member`: its token. */
 function grant(member: Member, key: string, lease = 30): Promise<bigint> {

@@ -14,26 +14,16 @@ import {
   firstGrant,
   freePorts,
   type Member,
+  replicated,
   sleep,
   tokenOf,
   within,
+  withLine,
 } from "./_cluster.ts";
+import { assertNoUnhandledRejections } from "./_unhandled.ts";
 
 // ---------------------------------------------------------------------------------------
 // Local helpers
-
-/** Unhandled promise rejections seen during the run: there must be none. */
-const unhandled: unknown[] = [];
-globalThis.addEventListener("unhandledrejection", (event) => {
-  event.preventDefault();
-  unhandled.push(event.reason);
-});
-
-/** Asserts that no promise rejection went unhandled so far (after one macrotask). */
-async function assertNoUnhandledRejections(): Promise<void> {
-  await sleep(0);
-  assert.deepEqual(unhandled.splice(0), [], "unhandled promise rejections");
-}
 
 /** Longest time from the loss of the active to the first grant on its successor. */
 const FAILOVER_BUDGET_MS = 2000;
@@ -49,21 +39,6 @@ async function grantMany(client: LineClient, prefix: string, count: number): Pro
   await client.write(Array.from({ length: count }, (_, i) => `A ${prefix}${i} 30 0\n`).join(""));
   const lines = await client.readLines(count, 10_000);
   return lines.map((line) => tokenOf(line, line.split(" ")[1]));
-}
-
-/** Waits until `member` received the replicated grant `key`/`token` (from its trace). */
-function replicated(member: Member, key: string, token: bigint): Promise<RegExpExecArray> {
-  return member.waitForLog(new RegExp(` > H ${key} ${token} `), { timeoutMs: 3000 });
-}
-
-/** Runs `fn` with a raw connection to `member`, closed afterwards. */
-async function withLine<T>(member: Member, fn: (c: LineClient) => Promise<T>): Promise<T> {
-  const client = await LineClient.connect(member.port);
-  try {
-    return await fn(client);
-  } finally {
-    await client.close();
-  }
 }
 
 /** Runs `fn` with LockClients given every peer of `cluster`, closed afterwards. */

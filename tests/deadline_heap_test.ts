@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { DeadlineHeap, type Timed } from "../server/deadline_heap.ts";
+import { mulberry32 } from "./_prng.ts";
 
 interface Item extends Timed {
   name: string;
@@ -20,18 +21,6 @@ function drain(heap: DeadlineHeap<Item>, now = Infinity): string[] {
   const out: string[] = [];
   for (let e = heap.popDue(now); e; e = heap.popDue(now)) out.push(e.name);
   return out;
-}
-
-/** mulberry32: a small seeded PRNG, so random runs are reproducible. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 Deno.test("popDue() returns entries in deadline order", () => {
@@ -218,7 +207,7 @@ Deno.test("popDue() and cancel() set heapIndex to -1", () => {
 Deno.test("DeadlineHeap matches a sorted-array reference under random operations", async (t) => {
   for (const seed of [1, 42, 20240601, 0xdeadbeef]) {
     await t.step(`seed ${seed}`, () => {
-      const random = prng(seed);
+      const random = mulberry32(seed);
       const int = (n: number) => Math.floor(random() * n);
       const heap = new DeadlineHeap<Item>();
       const pool = Array.from({ length: 60 }, (_, i) => item(`i${i}`));

@@ -6,21 +6,11 @@
 
 import assert from "node:assert/strict";
 import { KeyIndex } from "../server/key_index.ts";
-
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 } from "./_prng.ts";
 
 Deno.test("KeyIndex agrees with a Map over random operations", () => {
   for (const seed of [1, 2, 3]) {
-    const random = prng(seed);
+    const random = mulberry32(seed);
     const index = new KeyIndex();
     const reference = new Map<string, number>();
     const free: number[] = [];

@@ -10,18 +10,7 @@
 
 import assert from "node:assert/strict";
 import { LockTable, Waiter } from "../server/lock_table.ts";
-
-/** mulberry32: a small seeded PRNG, so runs are reproducible. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 } from "./_prng.ts";
 
 type State = "queued" | "immediate" | "granted" | "timedOut" | "cancelled";
 
@@ -343,7 +332,7 @@ interface RunOptions {
 }
 
 function run({ seed, steps, waitOffset }: RunOptions): void {
-  const random = prng(seed);
+  const random = mulberry32(seed);
   const int = (n: number) => Math.floor(random() * n);
   const pick = <T>(xs: T[]): T => xs[int(xs.length)];
 

@@ -4,25 +4,17 @@
  */
 
 import assert from "node:assert/strict";
-import { LineClient, type ServerProcess, startServer, waitFor } from "./_helpers.ts";
+import {
+  grantOf,
+  LineClient,
+  MAX_TOKEN,
+  type ServerProcess,
+  startServer,
+  waitFor,
+} from "./_helpers.ts";
 
 // ---------------------------------------------------------------------------------------
 // Local helpers
-
-const MAX_TOKEN = 18446744073709551615n;
-
-/** Asserts that `reply` is `A <key> A <token>` and returns the token. */
-function grantOf(reply: string | null, key: string): bigint {
-  const parts = (reply ?? "").split(" ");
-  assert.ok(
-    parts.length === 4 && parts[0] === "A" && parts[1] === key && parts[2] === "A" &&
-      /^[1-9][0-9]*$/.test(parts[3]),
-    `expected a grant of ${JSON.stringify(key)}, got ${JSON.stringify(reply)}`,
-  );
-  const token = BigInt(parts[3]);
-  assert.ok(token <= MAX_TOKEN, `token ${token} is above 2^64-1`);
-  return token;
-}
 
 /** Acquires `count` distinct keys in one write; returns the highest token. */
 async function takeTokens(client: LineClient, prefix: string, count: number): Promise<bigint> {

@@ -5,85 +5,12 @@
 
 import assert from "node:assert/strict";
 import { setTimeout as delay } from "node:timers/promises";
-import { LineClient, type ServerProcess, type StartOptions, startServer } from "./_helpers.ts";
+import { parseGrant, type ServerProcess, withServer } from "./_helpers.ts";
 
 // ---------------------------------------------------------------------------------------
 // Local helpers
 
 const encoder = new TextEncoder();
-
-/** Opens clients against one server and closes them all at the end. */
-class Clients {
-  #open: LineClient[] = [];
-  constructor(readonly port: number) {}
-
-  async connect(): Promise<LineClient> {
-    const client = await LineClient.connect(this.port);
-    this.#open.push(client);
-    return client;
-  }
-
-  /** Connects until the server accepts a connection (it answers a request). */
-  async connectAccepted(timeoutMs = 3000): Promise<LineClient> {
-    const until = Date.now() + timeoutMs;
-    for (;;) {
-      const client = await this.connect();
-      let line: string | null = null;
-      try {
-        line = await client.request("R accept-probe 1", 1000);
-      } catch {
-        line = null;
-      }
-      if (line === "R accept-probe N") return client;
-      await client.close();
-      if (Date.now() > until) throw new Error(`no connection accepted within ${timeoutMs} ms`);
-      await delay(10);
-    }
-  }
-
-  async closeAll(): Promise<void> {
-    await Promise.all(this.#open.map((c) => c.close()));
-    this.#open = [];
-  }
-}
-
-/** Starts a server, runs `fn`, then closes every client, stops the server, removes its dir. */
-async function withServer(
-  options: StartOptions,
-  fn: (server: ServerProcess, clients: Clients) => Promise<void>,
-): Promise<void> {
-  const server = await startServer(options);
-  const clients = new Clients(server.port);
-  try {
-    await fn(server, clients);
-  } finally {
-    await clients.closeAll();
-    await server.stop();
-    await removeDir(server.dataDir);
-  }
-}
-
-/** Removes a temp dir (already gone is fine: cleanup must not hide a test's own error). */
-async function removeDir(dir: string): Promise<void> {
-  try {
-    await Deno.remove(dir, { recursive: true });
-  } catch (error) {
-    if (!(error instanceof Deno.errors.NotFound)) throw error;
-  }
-}
-
-/** Asserts that `reply` is `A <key> A <token>` and returns the token. */
-function grantOf(reply: string | null, key: string): bigint {
-  const parts = (reply ?? "").split(" ");
-  assert.ok(
-    parts.length === 4 && parts[0] === "A" && parts[1] === key && parts[2] === "A" &&
-      /^[1-9][0-9]*$/.test(parts[3]),
-    `expected a grant of ${JSON.stringify(key).slice(0, 80)}, got ${
-      JSON.stringify(reply)?.slice(0, 200)
-    }`,
-  );
-  return BigInt(parts[3]);
-}
 
 /** Asserts that `reply` has status `E` (echo fields and message are the server's). */
 function assertE(reply: string | null, what: string): void {
@@ -153,24 +80,24 @@ async function untilStalled(state: BackgroundWrite, total: number): Promise<void
 Deno.test("server answers lines over 4096 bytes with line too long and closes", async (t) => {
   await withServer({}, async (_server, clients) => {
     const bystander = await clients.connect();
-    const bystanderToken = grantOf(await bystander.request("A by:1 30 0"), "by:1");
+    const bystanderToken = parseGrant(await bystander.request("A by:1 30 0"), "by:1");
 
     await t.step("does serve a line of exactly 4096 bytes", async () => {
       const c = await clients.connect();
       const line = acquireOfLength("len:4096", 4096);
       assert.equal(encoder.encode(line).length, 4096);
-      grantOf(await c.request(line), "len:4096");
+      parseGrant(await c.request(line), "len:4096");
       // With CRLF: 4096 bytes plus the line ending.
       const crlf = acquireOfLength("len:4096crlf", 4096);
       await c.write(crlf + "\r\n");
-      grantOf(await c.readLine(), "len:4096crlf");
+      parseGrant(await c.readLine(), "len:4096crlf");
       // Sent in pieces, the line ending in a later write (4096 bytes + CR wait in the buffer).
       const split = acquireOfLength("len:4096split", 4096);
       await c.write(split.slice(0, 3000));
       await c.write(split.slice(3000) + "\r");
       assert.ok(await c.silentFor(50), "an incomplete line was answered");
       await c.write("\n");
-      grantOf(await c.readLine(), "len:4096split");
+      parseGrant(await c.readLine(), "len:4096split");
       // 4096 bytes of multi-byte text is not too long either (an E for the key, but open).
       const multi = "A " + "é".repeat(2047);
       assert.equal(encoder.encode(multi).length, 4096);
@@ -222,7 +149,7 @@ Deno.test("server answers lines over 4096 bytes with line too long and closes", 
     await t.step("does keep serving the bystander and new connections", async () => {
       assert.equal(await bystander.request(`R by:1 ${bystanderToken}`), "R by:1 R");
       const fresh = await clients.connect();
-      grantOf(await fresh.request("A by:1 30 0.001"), "by:1");
+      parseGrant(await fresh.request("A by:1 30 0.001"), "by:1");
     });
   });
 });
@@ -232,7 +159,7 @@ Deno.test("server refuses connections beyond --max-connections", async () => {
     const first = await clients.connectAccepted();
     const second = await clients.connectAccepted();
     const third = await clients.connectAccepted();
-    const token = grantOf(await first.request("A mc:1 30 0"), "mc:1");
+    const token = parseGrant(await first.request("A mc:1 30 0"), "mc:1");
 
     const fourth = await clients.connect();
     assert.deepEqual(await fourth.closedByPeer(2000), ["- - E too many connections"]);
@@ -241,7 +168,7 @@ Deno.test("server refuses connections beyond --max-connections", async () => {
     const fifth = await clients.connectAccepted(); // a slot is free again
     assert.equal(await fifth.request("A mc:1 30 0.01"), "A mc:1 T"); // still held
     assert.equal(await second.request(`R mc:1 ${token}`), "R mc:1 R");
-    grantOf(await third.request("A mc:1 30 0"), "mc:1");
+    parseGrant(await third.request("A mc:1 30 0"), "mc:1");
 
     const sixth = await clients.connect();
     assert.deepEqual(await sixth.closedByPeer(2000), ["- - E too many connections"]);
@@ -251,7 +178,7 @@ Deno.test("server refuses connections beyond --max-connections", async () => {
 Deno.test("server does not let a client that never reads stall others", async () => {
   await withServer({ args: ["--max-connections", "2"] }, async (server, clients) => {
     const other = await clients.connectAccepted();
-    grantOf(await other.request("A slow:other 30 0"), "slow:other");
+    parseGrant(await other.request("A slow:other 30 0"), "slow:other");
     const rssBefore = rssKiB(server.child.pid);
 
     // ~100k pipelined requests (~25 MB), replies never read.
@@ -269,7 +196,7 @@ Deno.test("server does not let a client that never reads stall others", async ()
         "the server read all 25 MB from a client that never reads its replies",
       );
       const start = performance.now();
-      grantOf(await other.request("A slow:2 30 0", 1000), "slow:2");
+      parseGrant(await other.request("A slow:2 30 0", 1000), "slow:2");
       const took = performance.now() - start;
       assert.ok(took < 500, `another client waited ${took} ms`);
       const growthKiB = rssKiB(server.child.pid) - rssBefore;
@@ -280,8 +207,8 @@ Deno.test("server does not let a client that never reads stall others", async ()
     }
     // Its slot is freed once it is gone (max 2: `other` is still open), and all is served.
     const next = await clients.connectAccepted();
-    grantOf(await next.request("A slow:3 30 0"), "slow:3");
-    grantOf(await other.request("A slow:4 30 0"), "slow:4");
+    parseGrant(await next.request("A slow:3 30 0"), "slow:3");
+    parseGrant(await other.request("A slow:4 30 0"), "slow:4");
   });
 });
 
@@ -345,7 +272,7 @@ Deno.test("server survives bad bytes and huge numbers", async (t) => {
   await withServer({}, async (_server, clients) => {
     const c = await clients.connect();
     const bystander = await clients.connect();
-    const bystanderToken = grantOf(await bystander.request("A bad:by 30 0"), "bad:by");
+    const bystanderToken = parseGrant(await bystander.request("A bad:by 30 0"), "bad:by");
 
     await t.step("does answer invalid UTF-8 with E and keep the connection", async () => {
       const bad: number[][] = [
@@ -377,8 +304,8 @@ Deno.test("server survives bad bytes and huge numbers", async (t) => {
       const replies = await c.readLines(3, 2000);
       const errors = replies.filter((r) => r.split(" ")[2] === "E");
       assert.equal(errors.length, 1, `replies: ${replies}`);
-      grantOf(replies.find((r) => r.startsWith("A utf8:1 ")) ?? null, "utf8:1");
-      grantOf(replies.find((r) => r.startsWith("A utf8:2 ")) ?? null, "utf8:2");
+      parseGrant(replies.find((r) => r.startsWith("A utf8:1 ")) ?? null, "utf8:1");
+      parseGrant(replies.find((r) => r.startsWith("A utf8:2 ")) ?? null, "utf8:2");
     });
 
     await t.step("does answer NUL bytes with E", async () => {
@@ -398,7 +325,7 @@ Deno.test("server survives bad bytes and huge numbers", async (t) => {
         assertE(await c.request(line, 2000), JSON.stringify(line).slice(0, 40));
       }
       // None of them took the key.
-      const token = grantOf(await bystander.request("A nul 30 0.001"), "nul");
+      const token = parseGrant(await bystander.request("A nul 30 0.001"), "nul");
       assert.equal(await bystander.request(`R nul ${token}`), "R nul R");
     });
 
@@ -412,22 +339,22 @@ Deno.test("server survives bad bytes and huge numbers", async (t) => {
       assertE(await c.request(`X huge:1 1 ${nines}`), "a 1000-digit extend lease");
       assert.equal(await c.request("X huge:1 18446744073709551615 1"), "X huge:1 N");
       // A huge wait only bounds queueing: a free key is granted at once.
-      const token = grantOf(await c.request(`A huge:2 30 ${nines}`), "huge:2");
+      const token = parseGrant(await c.request(`A huge:2 30 ${nines}`), "huge:2");
       // Queued with a huge wait, then granted when released.
       await bystander.send(`A huge:2 30 ${nines}.5`);
       assert.equal(await bystander.request("R huge:probe 1"), "R huge:probe N");
       assert.equal(await c.request(`R huge:2 ${token}`), "R huge:2 R");
-      const next = grantOf(await bystander.readLine(2000), "huge:2");
+      const next = parseGrant(await bystander.readLine(2000), "huge:2");
       assert.ok(next > token);
       // A tiny lease rounds up to 1 ms: valid.
-      grantOf(await c.request("A huge:3 0.000000000000000000000001 0"), "huge:3");
+      parseGrant(await c.request("A huge:3 0.000000000000000000000001 0"), "huge:3");
     });
 
     await t.step("does keep serving everyone afterwards", async () => {
       assert.equal(await c.request("R after:bad 1"), "R after:bad N");
       assert.equal(await bystander.request(`X bad:by ${bystanderToken} 30`), "X bad:by X");
       const fresh = await clients.connect();
-      grantOf(await fresh.request("A after:bad 30 0"), "after:bad");
+      parseGrant(await fresh.request("A after:bad 30 0"), "after:bad");
     });
   });
 });
@@ -442,7 +369,7 @@ Deno.test("server treats a byte-order mark as part of the line wherever it falls
       await c.write("\uFEFFA bom:1 30 0\n");
       assert.equal(await c.readLine(), "\uFEFFA bom:1 E unknown op");
       // Bad input changes no state: bom:1 is free.
-      const token = grantOf(await other.request("A bom:1 30 0.001"), "bom:1");
+      const token = parseGrant(await other.request("A bom:1 30 0.001"), "bom:1");
       assert.equal(await other.request(`R bom:1 ${token}`), "R bom:1 R");
     });
 
@@ -450,7 +377,7 @@ Deno.test("server treats a byte-order mark as part of the line wherever it falls
       await c.write("R bom:probe 1\n\uFEFFA bom:2 30 0\n");
       const replies = (await c.readLines(2)).sort();
       assert.deepEqual(replies, ["R bom:probe N", "\uFEFFA bom:2 E unknown op"].sort());
-      const token = grantOf(await other.request("A bom:2 30 0.001"), "bom:2");
+      const token = parseGrant(await other.request("A bom:2 30 0.001"), "bom:2");
       assert.equal(await other.request(`R bom:2 ${token}`), "R bom:2 R");
     });
   });
@@ -461,7 +388,7 @@ Deno.test("server stays idle while it holds a lease longer than 24.8 days", asyn
   await withServer({ args: ["--max-lease", "3000000"] }, async (server, clients) => {
     const c = await clients.connect();
     const other = await clients.connect();
-    const token = grantOf(await c.request("A long:1 3000000 0"), "long:1");
+    const token = parseGrant(await c.request("A long:1 3000000 0"), "long:1");
     const before = cpuTicks(server.child.pid);
     await delay(300);
     const used = cpuTicks(server.child.pid) - before;
@@ -481,7 +408,7 @@ Deno.test("server stays idle while it holds a lease longer than 24.8 days", asyn
 Deno.test("server bounds the replies it holds behind a queued acquire", async () => {
   await withServer({}, async (server, clients) => {
     const holder = await clients.connect();
-    grantOf(await holder.request("A held:1 86400 0"), "held:1");
+    parseGrant(await holder.request("A held:1 86400 0"), "held:1");
     // A queued acquire, then ~80 MB of same-key requests whose E replies must wait behind
     // it (SPEC §2 ordering): the server must stop reading rather than hold them all.
     const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.port });
@@ -496,7 +423,7 @@ Deno.test("server bounds the replies it holds behind a queued acquire", async ()
       );
       // Everyone else is still served.
       const bystander = await clients.connect();
-      grantOf(await bystander.request("A other:1 30 0"), "other:1");
+      parseGrant(await bystander.request("A other:1 30 0"), "other:1");
     } finally {
       conn.close();
       await writing.done;
@@ -521,6 +448,6 @@ Deno.test("server echoes the intact fields of a line that is not valid UTF-8", a
     await c.write(new Uint8Array([...encoder.encode("A "), 0xc3, ...encoder.encode(" 30 0\n")]));
     assert.equal(await c.readLine(), "A - E line is not valid UTF-8");
     // Nothing was taken, and the connection still works.
-    grantOf(await c.request("A utf:1 30 0"), "utf:1");
+    parseGrant(await c.request("A utf:1 30 0"), "utf:1");
   });
 });

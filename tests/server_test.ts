@@ -5,86 +5,10 @@
 
 import assert from "node:assert/strict";
 import { setTimeout as delay } from "node:timers/promises";
-import { LineClient, type ServerProcess, type StartOptions, startServer } from "./_helpers.ts";
+import { grantOf, type LineClient, withServer } from "./_helpers.ts";
 
 // ---------------------------------------------------------------------------------------
 // Local helpers
-
-/** Opens clients against one server and closes them all at the end. */
-class Clients {
-  #open: LineClient[] = [];
-  constructor(readonly port: number) {}
-
-  async connect(): Promise<LineClient> {
-    const client = await LineClient.connect(this.port);
-    this.#open.push(client);
-    return client;
-  }
-
-  /**
-   * Connects until the server accepts the connection (with `--max-connections`, this proves
-   * that the server has processed the close of an earlier connection).
-   */
-  async connectAccepted(timeoutMs = 3000): Promise<LineClient> {
-    const until = Date.now() + timeoutMs;
-    for (;;) {
-      const client = await this.connect();
-      let line: string | null = null;
-      try {
-        line = await client.request("R accept-probe 1", 1000);
-      } catch {
-        line = null;
-      }
-      if (line === "R accept-probe N") return client;
-      await client.close();
-      if (Date.now() > until) throw new Error(`no connection accepted within ${timeoutMs} ms`);
-      await delay(10);
-    }
-  }
-
-  async closeAll(): Promise<void> {
-    await Promise.all(this.#open.map((c) => c.close()));
-    this.#open = [];
-  }
-}
-
-/** Starts a server, runs `fn`, then closes every client, stops the server, removes its dir. */
-async function withServer(
-  options: StartOptions,
-  fn: (server: ServerProcess, clients: Clients) => Promise<void>,
-): Promise<void> {
-  const server = await startServer(options);
-  const clients = new Clients(server.port);
-  try {
-    await fn(server, clients);
-  } finally {
-    await clients.closeAll();
-    await server.stop();
-    await removeDir(server.dataDir);
-  }
-}
-
-/** Removes a temp dir (already gone is fine: cleanup must not hide a test's own error). */
-async function removeDir(dir: string): Promise<void> {
-  try {
-    await Deno.remove(dir, { recursive: true });
-  } catch (error) {
-    if (!(error instanceof Deno.errors.NotFound)) throw error;
-  }
-}
-
-/** Asserts that `reply` is `A <key> A <token>` and returns the token. */
-function grantOf(reply: string | null, key: string): bigint {
-  const parts = (reply ?? "").split(" ");
-  assert.ok(
-    parts.length === 4 && parts[0] === "A" && parts[1] === key && parts[2] === "A" &&
-      /^[1-9][0-9]*$/.test(parts[3]),
-    `expected a grant of ${JSON.stringify(key)}, got ${JSON.stringify(reply)}`,
-  );
-  const token = BigInt(parts[3]);
-  assert.ok(token <= 18446744073709551615n, `token ${token} is above 2^64-1`);
-  return token;
-}
 
 /** Sends a probe on `client` and waits for its reply: every earlier line was processed. */
 async function sync(client: LineClient): Promise<void> {

@@ -6,9 +6,7 @@
 import assert from "node:assert/strict";
 import { MAX_TOKEN } from "../client/codec.ts";
 import { DataDirError, TokensExhaustedError, TokenStore } from "../server/tokens.ts";
-import { LineClient, startServer, waitFor } from "./_helpers.ts";
-
-const MAIN = new URL("../server/main.ts", import.meta.url).pathname;
+import { LineClient, runToExit, startServer, waitFor } from "./_helpers.ts";
 
 /** Runs `fn` with a fresh temp dir, removed afterwards. */
 async function withTempDir(fn: (dir: string) => Promise<void> | void): Promise<void> {
@@ -37,44 +35,6 @@ function throwsA<E extends Error>(fn: () => unknown, type: new (...args: never[]
     `expected ${type.name}, got ${caught instanceof Error ? caught.stack : String(caught)}`,
   );
   return caught;
-}
-
-/**
- * Runs server/main.ts to its exit, killing it if it still runs after `timeoutMs` (a guard
- * against a server that starts when it should not).
- */
-async function runToExit(
-  args: string[],
-  timeoutMs = 20_000,
-): Promise<{ code: number; stdout: string; stderr: string; timedOut: boolean }> {
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", MAIN, ...args],
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).spawn();
-  const output = child.output();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  let timedOut = false;
-  await Promise.race([
-    output,
-    new Promise<void>((resolve) => {
-      timer = setTimeout(() => {
-        timedOut = true;
-        child.kill("SIGKILL");
-        resolve();
-      }, timeoutMs);
-    }),
-  ]);
-  clearTimeout(timer);
-  const out = await output;
-  const decoder = new TextDecoder();
-  return {
-    code: out.code,
-    stdout: decoder.decode(out.stdout),
-    stderr: decoder.decode(out.stderr),
-    timedOut,
-  };
 }
 
 Deno.test("TokenStore.open() on a fresh dir starts at 1", async () => {
