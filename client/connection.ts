@@ -83,11 +83,6 @@ export class Slot {
     return this.#pending.has(`${op} ${key}`);
   }
 
-  /** Whether an attempt to connect is under way. */
-  get connecting(): boolean {
-    return this.#connecting !== undefined;
-  }
-
   /**
    * Connects now unless connected or connecting. Resolves `true` once usable, `false` if
    * the attempt failed (a background retry is then scheduled).
@@ -131,11 +126,6 @@ export class Slot {
       else queue.push({ resolve, reject });
       transport.send(line);
     });
-  }
-
-  /** Drops the connection (e.g. to test failover); it reconnects in the background. */
-  drop(): void {
-    this.#transport?.close();
   }
 
   async #open(): Promise<boolean> {

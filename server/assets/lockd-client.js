@@ -195,10 +195,6 @@ var Slot = class {
   outstanding(op, key) {
     return this.#pending.has(`${op} ${key}`);
   }
-  /** Whether an attempt to connect is under way. */
-  get connecting() {
-    return this.#connecting !== void 0;
-  }
   /**
    * Connects now unless connected or connecting. Resolves `true` once usable, `false` if
    * the attempt failed (a background retry is then scheduled).
@@ -247,10 +243,6 @@ var Slot = class {
       });
       transport.send(line);
     });
-  }
-  /** Drops the connection (e.g. to test failover); it reconnects in the background. */
-  drop() {
-    this.#transport?.close();
   }
   async #open() {
     clearTimeout(this.#reconnectTimer);
