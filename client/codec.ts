@@ -322,14 +322,15 @@ export function parseRequest(line: string, options?: ParseRequestOptions): Reque
     : op === "R"
     ? "usage: R <key> <token>"
     : "usage: X <key> <token> <lease>";
-  if (fields.length !== expected) {
-    const problem = fields.length < expected ? "missing field" : "too many fields";
-    return fail(op, key, `${problem}; ${usage}`);
-  }
+  // An empty field is a doubled or trailing space: say so rather than count fields.
   for (let i = 2; i < fields.length; i++) {
     if (fields[i] === "") {
       return fail(op, key, `empty field; fields are separated by single spaces; ${usage}`);
     }
+  }
+  if (fields.length !== expected) {
+    const problem = fields.length < expected ? "missing field" : "too many fields";
+    return fail(op, key, `${problem}; ${usage}`);
   }
   if (op === "A") {
     const leaseMs = parseSeconds(fields[2]);

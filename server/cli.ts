@@ -241,7 +241,10 @@ export function formatHostPort(addr: HostPort): string {
 
 function positiveSeconds(text: string, what: string): number {
   const ms = parseSeconds(text);
-  if (!(ms > 0) || !Number.isFinite(ms)) {
+  if (ms === Infinity) {
+    throw new UsageError(`${what} must be at most 999999999999 seconds, got "${text}"`);
+  }
+  if (!(ms > 0)) {
     throw new UsageError(`${what} must be a positive number of seconds, got "${text}"`);
   }
   return ms;
@@ -266,6 +269,12 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
     ({ values } = parseArgs({ args, options, strict: true, allowPositionals: false }));
   } catch (error) {
     const message = error instanceof Error ? error.message.split("\n")[0] : String(error);
+    // parseArgs takes "--max-lease -1" for a flag without its value: say what to write.
+    const ambiguous = /^Option '(--[a-z-]+)[^']*' argument is ambiguous/.exec(message);
+    if (ambiguous !== null) {
+      const flag = ambiguous[1];
+      throw new UsageError(`${flag} got a value starting with "-": write it as ${flag}=VALUE`);
+    }
     throw new UsageError(message.replace(/\. To specify .*$/, ""));
   }
   if (values.help === true || values.version === true) {

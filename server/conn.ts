@@ -38,6 +38,10 @@ export interface ConnectionOptions {
 export type BatchEnd = () => void;
 
 const READ_SIZE = 16 * 1024;
+/** Smallest output buffer: above V8's 64-byte limit for arrays kept inside its heap. */
+const WRITE_BUFFER_MIN = 256;
+/** Output buffers up to this size are kept for the next write. */
+const WRITE_BUFFER_KEEP = 16 * 1024;
 const CLOSE_GRACE_MS = 2000;
 const encoder = new TextEncoder();
 // ignoreBOM: a U+FEFF at the start of a chunk is part of the line, as anywhere else.
@@ -80,6 +84,8 @@ export class Connection {
   readonly remote: string;
   #conn: Deno.Conn;
   #out: string[] = [];
+  /** Reused output buffer (see #encode); null until the first write or after a big one. */
+  #wbuf: Uint8Array | null = null;
   /** UTF-16 units of output not yet written (queued plus in flight): the memory it holds. */
   #queuedUnits = 0;
   /** UTF-16 units in #out (not yet handed to a write). */
@@ -162,12 +168,33 @@ export class Connection {
   flush(): void {
     this.#dirty = false;
     if (this.#writing || this.#closed || this.#out.length === 0) return;
-    const data = encoder.encode(this.#out.join("\n") + "\n");
+    const data = this.#encode(this.#out.join("\n") + "\n");
     const units = this.#outUnits;
     this.#out = [];
     this.#outUnits = 0;
     this.#writing = true;
     this.#write(data, units);
+  }
+
+  /**
+   * Encodes `text` into the connection's reused output buffer. `TextEncoder.encode` would
+   * return a fresh array, and V8 keeps arrays of up to 64 bytes (most replies) inside its
+   * heap: handing one to a socket write makes V8 move it out first, which costs more than
+   * the rest of the request. At most one write is in flight per connection, so one buffer
+   * per connection is enough; it is kept only while small.
+   */
+  #encode(text: string): Uint8Array {
+    let buf = this.#wbuf;
+    if (buf === null || buf.length < text.length) {
+      buf = new Uint8Array(Math.max(WRITE_BUFFER_MIN, text.length));
+    }
+    let { read, written } = encoder.encodeInto(text, buf);
+    if (read < text.length) {
+      buf = new Uint8Array(utf8Length(text));
+      written = encoder.encodeInto(text, buf).written;
+    }
+    this.#wbuf = buf.length <= WRITE_BUFFER_KEEP ? buf : null;
+    return buf.subarray(0, written);
   }
 
   /** Stops reading, writes what is queued, then closes (e.g. after `line too long`). */
@@ -184,6 +211,7 @@ export class Connection {
     if (this.#closed) return;
     this.#closed = true;
     this.#out = [];
+    this.#wbuf = null;
     this.#outUnits = 0;
     clearTimeout(this.#graceTimer);
     this.#resume?.();

@@ -13,13 +13,18 @@
 
 import { KeyIndex } from "./key_index.ts";
 
-/** A free slot's marker in the heap-position array. */
+/**
+ * Heap-position value of a slot whose lease is not in the heap. A free slot's position
+ * holds the free list's next link instead, encoded as `-2 - next` (`-1` when it is last),
+ * so any negative position means "not scheduled".
+ */
 const NOT_SCHEDULED = -1;
 
 /** Held locks by slot, with their lease heap. `Q` is the per-lock waiter queue type. */
 export class LockSlots<Q> {
   #index = new KeyIndex();
-  #queues: (Q | null)[] = [];
+  /** Waiter queues of the slots that have waiters (most held locks have none). */
+  #queues = new Map<number, Q>();
   #tokens = new BigUint64Array(1024);
   #deadlines = new Float64Array(1024);
   /** Tie-breakers of equal deadlines (the scheduling order, modulo 2^32). */
@@ -27,9 +32,8 @@ export class LockSlots<Q> {
   #position = new Int32Array(1024).fill(NOT_SCHEDULED);
   #heap = new Int32Array(1024);
   #heapSize = 0;
-  /** Stack of free slots below #next. */
-  #free = new Int32Array(1024);
-  #freeCount = 0;
+  /** First free slot below #next (linked through #position), or -1. */
+  #freeHead = -1;
   #next = 0;
 
   /** Number of held locks. */
@@ -44,14 +48,15 @@ export class LockSlots<Q> {
 
   /** Adds a held lock; its lease is scheduled at (`deadline`, `seq`). */
   add(key: string, token: bigint, deadline: number, seq: number): number {
-    let slot: number;
-    if (this.#freeCount > 0) slot = this.#free[--this.#freeCount];
-    else {
+    let slot = this.#freeHead;
+    if (slot >= 0) {
+      this.#freeHead = -2 - this.#position[slot];
+      this.#position[slot] = NOT_SCHEDULED;
+    } else {
       slot = this.#next++;
       if (slot === this.#tokens.length) this.#grow();
     }
     this.#index.insert(key, slot);
-    this.#queues[slot] = null;
     this.#tokens[slot] = token;
     this.schedule(slot, deadline, seq);
     return slot;
@@ -61,8 +66,9 @@ export class LockSlots<Q> {
   remove(slot: number): void {
     this.#unschedule(slot);
     this.#index.remove(slot);
-    this.#queues[slot] = null;
-    this.#free[this.#freeCount++] = slot;
+    this.#queues.delete(slot);
+    this.#position[slot] = -2 - this.#freeHead;
+    this.#freeHead = slot;
   }
 
   /** The key of `slot`. */
@@ -87,19 +93,20 @@ export class LockSlots<Q> {
 
   /** The waiter queue of `slot`, or `null`. */
   queue(slot: number): Q | null {
-    return this.#queues[slot];
+    return this.#queues.get(slot) ?? null;
   }
 
   /** Sets the waiter queue of `slot`. */
   setQueue(slot: number, queue: Q | null): void {
-    this.#queues[slot] = queue;
+    if (queue === null) this.#queues.delete(slot);
+    else this.#queues.set(slot, queue);
   }
 
   /** Every held slot (order unspecified). */
   *slots(): IterableIterator<number> {
     // Every held lock has its lease in the heap: a scheduled slot is a held one.
     for (let slot = 0; slot < this.#next; slot++) {
-      if (this.#position[slot] !== NOT_SCHEDULED) yield slot;
+      if (this.#position[slot] >= 0) yield slot;
     }
   }
 
@@ -117,10 +124,10 @@ export class LockSlots<Q> {
   schedule(slot: number, deadline: number, seq: number): void {
     const position = this.#position;
     let i = position[slot];
-    const earlier = i === NOT_SCHEDULED || deadline < this.#deadlines[slot];
+    const earlier = i < 0 || deadline < this.#deadlines[slot];
     this.#deadlines[slot] = deadline;
     this.#seqs[slot] = seq;
-    if (i === NOT_SCHEDULED) {
+    if (i < 0) {
       i = this.#heapSize++;
       this.#heap[i] = slot;
       position[slot] = i;
@@ -132,8 +139,8 @@ export class LockSlots<Q> {
   /** Drops every lock. */
   clear(): void {
     this.#index.clear();
-    this.#queues = [];
-    this.#freeCount = 0;
+    this.#queues.clear();
+    this.#freeHead = -1;
     this.#next = 0;
     this.#heapSize = 0;
     this.#position.fill(NOT_SCHEDULED);
@@ -142,7 +149,7 @@ export class LockSlots<Q> {
   #unschedule(slot: number): void {
     const position = this.#position;
     const i = position[slot];
-    if (i === NOT_SCHEDULED) return;
+    if (i < 0) return;
     position[slot] = NOT_SCHEDULED;
     const end = --this.#heapSize;
     if (i === end) return;
@@ -211,8 +218,5 @@ export class LockSlots<Q> {
     const heap = new Int32Array(size);
     heap.set(this.#heap);
     this.#heap = heap;
-    const free = new Int32Array(size);
-    free.set(this.#free);
-    this.#free = free;
   }
 }
