@@ -155,6 +155,11 @@ function toMs(seconds: number, what: "lease" | "wait"): number {
   return Math.ceil(seconds * 1000);
 }
 
+/** Time allowed for a reply's trip past the wait it answers, besides twice the latency (ms). */
+const REPLY_MARGIN_MS = 50;
+/** Time a silent connection gets to answer a probe before it counts as frozen (ms). */
+const PROBE_GRACE_MS = 500;
+
 /** Tracks one request's attempts (SPEC §3: fail after as many attempts as connections). */
 interface Attempt {
   /** Set when the caller gave up (abort): stop retrying. */
@@ -450,15 +455,21 @@ export class LockClient implements AsyncDisposable {
   }
 
   /**
-   * A connection dropped. A bridge releases what a client holds once its last WebSocket
-   * closes: with no bridge connection left, every held lock is suspected lost.
+   * A connection dropped. With no connection left at all, every held lock is suspected
+   * lost: a single node that restarts comes back empty, and nothing can renew a lease
+   * meanwhile. (Losing one node of a cluster is not a loss: a standby keeps the locks.)
+   * A bridge releases what a client holds once its last WebSocket closes, so losing every
+   * bridge connection is enough.
    */
   #connectionLost(): void {
+    if (this.#closing.signal.aborted) return;
     const bridged = this.#slots.filter((s) => s.address.scheme !== "tcp");
-    if (bridged.length === 0 || bridged.some((s) => s.up) || this.#closing.signal.aborted) return;
-    for (const lock of this.#locks) {
-      lock.lose("every connection to the bridge dropped, and the bridge releases its locks", false);
-    }
+    let why: string;
+    if (!this.#slots.some((s) => s.up)) why = "every connection to lockd dropped";
+    else if (bridged.length > 0 && !bridged.some((s) => s.up)) {
+      why = "every connection to the bridge dropped, and the bridge releases its locks";
+    } else return;
+    for (const lock of this.#locks) lock.lose(why, false);
   }
 
   /** Keeps a background promise from being unhandled and lets close() wait for it. */
@@ -479,12 +490,54 @@ export class LockClient implements AsyncDisposable {
     const attempt: Attempt = { abandoned: false };
     const started = performance.now();
     let sentAt = started;
-    const line = () => {
+    const { promise, resolve, reject } = Promise.withResolvers<Lock>();
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let sends = 0;
+    const cleanup = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    };
+    const giveUp = (error: Error) => {
+      if (attempt.abandoned) return;
+      attempt.abandoned = true;
+      cleanup();
+      reject(error);
+    };
+    const onAbort = () => giveUp(new LockAbortedError(key, signal!.reason));
+    // The server answers T once the wait is over, but its reply can be held back behind an
+    // earlier acquire of the same key on the same connection (SPEC §2 ordering), and a node
+    // can freeze. So the caller's wait also runs here: when it is over (plus a margin for
+    // the reply's trip), a connection that answered anything since the request went out is
+    // alive and the answer is T; one that stayed silent is probed, and dropped if the probe
+    // goes unanswered, which moves the request to the next connection (SPEC §3).
+    const deadline = async (slot: Slot, received: number, send: number) => {
+      if (attempt.abandoned || send !== sends) return;
+      if (slot.up && slot.received === received) {
+        const graceMs = Math.min(
+          this.#options.staleConnectionMs,
+          PROBE_GRACE_MS + 4 * this.#latency,
+        );
+        if (!(await slot.probe(graceMs))) return; // Moved on: the next send has its own deadline.
+        if (attempt.abandoned || send !== sends) return;
+      }
+      giveUp(new LockTimeoutError(key, waitMs / 1000));
+    };
+    const line = (slot: Slot) => {
       sentAt = performance.now();
       // After a move to another connection the queue position is lost: ask for what is left.
       const left = waitMs === 0 ? 0 : Math.max(1, Math.ceil(waitMs - (sentAt - started)));
+      if (left > 0) {
+        clearTimeout(timer);
+        const send = ++sends;
+        const received = slot.received;
+        timer = setTimeout(
+          () => this.#track(deadline(slot, received, send)),
+          left + REPLY_MARGIN_MS + 2 * this.#latency,
+        );
+      }
       return `A ${key} ${formatSeconds(leaseMs)} ${formatSeconds(left)}`;
     };
+    signal?.addEventListener("abort", onAbort, { once: true });
     const exchange = this.#exchange("A", key, line, attempt);
     const settle = (reply: Reply): Lock => {
       if (reply.status === "A") {
@@ -509,46 +562,23 @@ export class LockClient implements AsyncDisposable {
       if (reply.status === "T") throw new LockTimeoutError(key, waitMs / 1000);
       throw this.#unexpected(reply);
     };
-    return await new Promise<Lock>((resolve, reject) => {
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const cleanup = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener("abort", onAbort);
-      };
-      const giveUp = (error: Error) => {
-        if (attempt.abandoned) return;
-        attempt.abandoned = true;
-        cleanup();
-        reject(error);
-      };
-      const onAbort = () => giveUp(new LockAbortedError(key, signal!.reason));
-      signal?.addEventListener("abort", onAbort, { once: true });
-      if (waitMs > 0) {
-        // The server answers T once the wait is over; but its reply can be held back behind
-        // an earlier acquire of the same key on the same connection (SPEC §2 ordering), and
-        // a node can go silent. The caller's wait bounds the call either way.
-        timer = setTimeout(
-          () => giveUp(new LockTimeoutError(key, waitMs / 1000)),
-          waitMs + 1000 + 2 * this.#latency,
-        );
+    this.#track(exchange.then((reply) => {
+      cleanup();
+      if (attempt.abandoned) {
+        // The caller gave up: a grant that arrives now is released at once.
+        if (reply.status === "A") this.#track(this.#release(key, reply.token!));
+        return;
       }
-      this.#track(exchange.then((reply) => {
-        cleanup();
-        if (attempt.abandoned) {
-          // The caller gave up: a grant that arrives now is released at once.
-          if (reply.status === "A") this.#track(this.#release(key, reply.token!));
-          return;
-        }
-        try {
-          resolve(settle(reply));
-        } catch (error) {
-          reject(error);
-        }
-      }, (error) => {
-        cleanup();
-        if (!attempt.abandoned) reject(error);
-      }));
-    });
+      try {
+        resolve(settle(reply));
+      } catch (error) {
+        reject(error);
+      }
+    }, (error) => {
+      cleanup();
+      if (!attempt.abandoned) reject(error);
+    }));
+    return await promise;
   }
 
   async #extend(key: string, token: bigint, leaseMs: number): Promise<boolean> {
@@ -637,7 +667,12 @@ export class LockClient implements AsyncDisposable {
    * drops (failing after as many attempts as connections), follows `M`, and waits out a
    * cluster with no active node for up to `retryTimeoutMs`.
    */
-  async #exchange(op: string, key: string, line: () => string, attempt?: Attempt): Promise<Reply> {
+  async #exchange(
+    op: string,
+    key: string,
+    line: (slot: Slot) => string,
+    attempt?: Attempt,
+  ): Promise<Reply> {
     const closed = this.#closing.signal;
     const giveUpAt = performance.now() + this.#options.retryTimeoutMs;
     let failures = 0;
@@ -679,7 +714,7 @@ export class LockClient implements AsyncDisposable {
       if (closed.aborted) throw new LockError("The client is closed");
       let reply: Reply;
       try {
-        reply = await slot.request(op, key, line());
+        reply = await slot.request(op, key, line(slot));
       } catch (error) {
         if (!(error instanceof ConnectionLost)) throw error;
         lastProblem = error.message;

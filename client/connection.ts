@@ -59,6 +59,8 @@ export class Slot {
   /** Outstanding requests (pings included). */
   #outstanding = 0;
   #lastReceived = 0;
+  /** Lines received so far, over all of this slot's connections. */
+  #received = 0;
   #watchTimer: ReturnType<typeof setTimeout> | undefined;
 
   /** @param address Where to connect. @param options Shared settings. */
@@ -76,6 +78,37 @@ export class Slot {
   /** Why the last attempt failed or the connection was lost, if it did. */
   get lastError(): string | undefined {
     return this.#lastError;
+  }
+
+  /** How many lines arrived so far (compare two readings to see whether any arrived). */
+  get received(): number {
+    return this.#received;
+  }
+
+  /**
+   * Checks that the node still answers: sends a probe (`?`) and resolves `true` as soon as
+   * anything arrives. If nothing arrives within `graceMs`, the connection is dropped as
+   * frozen (its requests move to other connections) and it resolves `false`; also `false`
+   * if it is down or drops meanwhile.
+   */
+  probe(graceMs: number): Promise<boolean> {
+    const transport = this.#transport;
+    if (transport === undefined) return Promise.resolve(false);
+    const before = this.#received;
+    return new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => {
+        if (this.#received !== before) return resolve(true);
+        if (this.#transport === transport) {
+          this.#lastError = `no reply to a probe for ${Math.round(graceMs)} ms`;
+          transport.close(); // Reported as lost: its requests move to other connections.
+        }
+        resolve(false);
+      }, graceMs);
+      this.request("?", "-", "?").then(
+        () => resolve(true),
+        () => resolve(false),
+      ).finally(() => clearTimeout(timer));
+    });
   }
 
   /** Whether a request with this (op, key) is outstanding here. */
@@ -198,6 +231,7 @@ export class Slot {
 
   #reply(text: string): void {
     this.#lastReceived = performance.now();
+    this.#received++;
     const reply = parseReply(text);
     if (reply === undefined) {
       // Not a reply of SPEC §2: this stream cannot be trusted to match replies any more.

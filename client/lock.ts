@@ -131,6 +131,8 @@ export class HeldLock implements Lock {
   #expiresAt: number;
   #autoExtend: boolean;
   #controller = new AbortController();
+  /** The server answered `N`: lost for sure, not only suspected. */
+  #knownLost = false;
   #expiryTimer: ReturnType<typeof setTimeout> | undefined;
   #renewTimer: ReturnType<typeof setTimeout> | undefined;
   #released: Promise<void> | undefined;
@@ -180,7 +182,9 @@ export class HeldLock implements Lock {
       throw new TypeError(`lease must be a positive number of seconds, got ${lease}`);
     }
     if (this.#released !== undefined) throw new TypeError(`Lock "${this.key}" was released`);
-    if (this.#controller.signal.aborted) throw this.#controller.signal.reason;
+    // Known lost (the server answered N): no token ever holds its key again. Only suspected
+    // lost (the lease was about to run out unproven): the server knows, so ask it.
+    if (this.#knownLost) throw this.#controller.signal.reason;
     await this.#extend(Math.ceil(lease * 1000));
   }
 
@@ -213,8 +217,11 @@ export class HeldLock implements Lock {
    */
   lose(why: string, known = true): void {
     this.#stopTimers();
+    if (known && !this.#knownLost) {
+      this.#knownLost = true;
+      this.#owner.forget(this);
+    }
     if (!this.#controller.signal.aborted) {
-      if (known) this.#owner.forget(this);
       this.#controller.abort(new LockLostError(this.key, this.token, why));
     }
   }
@@ -229,13 +236,17 @@ export class HeldLock implements Lock {
     const held = await this.#owner.extend(this.key, this.token, leaseMs);
     if (this.#released !== undefined) return;
     if (!held) {
-      this.lose("the server no longer holds it for this token (extend answered N)");
-      throw this.#controller.signal.reason;
+      const why = "the server no longer holds it for this token (extend answered N)";
+      const suspected = this.#controller.signal.aborted;
+      this.lose(why);
+      throw suspected
+        ? new LockLostError(this.key, this.token, why)
+        : this.#controller.signal.reason;
     }
-    if (this.#controller.signal.aborted) return;
     this.#leaseMs = leaseMs;
     this.#expiresAt = sentAt + leaseMs;
-    this.#schedule();
+    // Once the signal fired it stays fired: the caller was told to stop, so no renewal.
+    if (!this.#controller.signal.aborted) this.#schedule();
   }
 
   #schedule(): void {

@@ -765,3 +765,83 @@ Deno.test("LockClient drops a connection that sends a malformed reply, and moves
   server.handler = lockServer();
   await (await pending).release();
 });
+
+Deno.test("LockClient answers T at the wait when the server holds the T behind an earlier acquire", async () => {
+  await using server = await FakeServer.start();
+  // Acquires of "k" queue forever, as behind a long-held lock: the server never answers them,
+  // and (SPEC §2 ordering) a later T for "k" on the same connection would come after them.
+  server.handler = () => {};
+  await using client = await readyClient(server.address);
+  const queued = [client.acquire("k"), client.acquire("k")].map((p) => p.catch((e) => e));
+  await server.until(() => server.count("A k 30 0") === 2, "both acquires to be sent");
+  assert.deepEqual(server.open.map((c) => c.lines.filter((l) => l.startsWith("A k")).length), [
+    1,
+    1,
+  ]);
+  const started = performance.now();
+  assert.equal(await within(client.tryAcquire("k"), 1500, "tryAcquire"), null);
+  const error = await rejection(within(client.acquire("k", { wait: 0.2 }), 1500, "acquire"));
+  assert.ok(error instanceof LockTimeoutError, String(error));
+  // Before: the client waited a whole second past the wait for a T that could not come.
+  assert.ok(performance.now() - started < 900, `answered after ${performance.now() - started} ms`);
+  await client.close();
+  for (const e of await Promise.all(queued)) assert.ok(e instanceof LockError, String(e));
+});
+
+Deno.test("LockClient moves a try-lock off a connection that went silent instead of answering null", async () => {
+  await using server = await FakeServer.start();
+  let token = 1n;
+  // The first connection is frozen (nothing comes back, probes included); the other serves.
+  server.answerPings = false;
+  server.handler = (r) => {
+    if (r.conn.id === 1) return;
+    if (r.op === "?") void r.conn.send("? - E unknown op");
+    else if (r.op === "A") void r.reply("A", token++);
+    else if (r.op === "R") void r.reply("R");
+  };
+  await using client = await readyClient(server.address, { reconnectIntervalMs: 60_000 });
+  const locks = await within(
+    Promise.all([client.tryAcquire("a"), client.tryAcquire("b")]),
+    1900, // below the 2 s after which a silent connection is dropped anyway
+    "both try-locks",
+  );
+  for (const lock of locks) assert.ok(lock !== null, "a free key is granted, not refused");
+  assert.equal(server.open.find((c) => c.id === 1), undefined, "the frozen connection dropped");
+  assert.equal(server.lines(/^A [ab] /).filter((r) => r.conn.id === 1).length, 1);
+  assert.equal(server.lines(/^A [ab] /).filter((r) => r.conn.id === 2).length, 2);
+  for (const lock of locks) await lock!.release();
+});
+
+Deno.test("LockClient asks the server on extend() after a suspected loss, not after a known one", async () => {
+  await using server = await FakeServer.start();
+  server.handler = lockServer({ firstToken: 5n });
+  await using client = await readyClient(server.address);
+  const lock = await client.acquire("k", { lease: 0.3 });
+  await waitUntil(() => lock.signal.aborted, "the signal to fire near the end of the lease");
+  assert.ok(lock.signal.reason instanceof LockLostError);
+  await lock.extend(10); // the server still holds it: answered X
+  assert.equal(server.count("X k 5 10"), 1);
+  assert.equal(lock.lease, 10);
+  server.handler = (r) => void r.reply("N");
+  assert.ok((await rejection(lock.extend(10))) instanceof LockLostError);
+  assert.equal(server.count("X k 5 10"), 2);
+  assert.ok((await rejection(lock.extend(10))) instanceof LockLostError, "known lost");
+  assert.equal(server.count("X k 5 10"), 2, "a known loss is not asked about again");
+});
+
+Deno.test("LockClient fires lock.signal when every connection drops, not when one node of several does", async () => {
+  await using a = await FakeServer.start();
+  await using b = await FakeServer.start();
+  a.handler = b.handler = lockServer();
+  await using single = await readyClient(a.address, { reconnectIntervalMs: 60_000 });
+  await using pair = await readyClient([a.address, b.address], { reconnectIntervalMs: 60_000 });
+  const alone = await single.acquire("k1", { lease: 30 });
+  const both = await pair.acquire("k2", { lease: 30 });
+  await a.stopListening();
+  await a.dropAll();
+  await waitUntil(() => alone.signal.aborted, "the single-node lock's signal");
+  assert.match(String(alone.signal.reason), /every connection to lockd dropped/);
+  await waitUntil(() => pair.connected === 1, "the pair client to see node a gone");
+  assert.equal(both.signal.aborted, false, "node b still answers: a standby keeps the locks");
+  await both.release();
+});

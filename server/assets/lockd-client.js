@@ -174,6 +174,8 @@ var Slot = class {
   /** Outstanding requests (pings included). */
   #outstanding = 0;
   #lastReceived = 0;
+  /** Lines received so far, over all of this slot's connections. */
+  #received = 0;
   #watchTimer;
   /** @param address Where to connect. @param options Shared settings. */
   constructor(address, options) {
@@ -190,6 +192,32 @@ var Slot = class {
   /** Why the last attempt failed or the connection was lost, if it did. */
   get lastError() {
     return this.#lastError;
+  }
+  /** How many lines arrived so far (compare two readings to see whether any arrived). */
+  get received() {
+    return this.#received;
+  }
+  /**
+   * Checks that the node still answers: sends a probe (`?`) and resolves `true` as soon as
+   * anything arrives. If nothing arrives within `graceMs`, the connection is dropped as
+   * frozen (its requests move to other connections) and it resolves `false`; also `false`
+   * if it is down or drops meanwhile.
+   */
+  probe(graceMs) {
+    const transport = this.#transport;
+    if (transport === void 0) return Promise.resolve(false);
+    const before = this.#received;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        if (this.#received !== before) return resolve(true);
+        if (this.#transport === transport) {
+          this.#lastError = `no reply to a probe for ${Math.round(graceMs)} ms`;
+          transport.close();
+        }
+        resolve(false);
+      }, graceMs);
+      this.request("?", "-", "?").then(() => resolve(true), () => resolve(false)).finally(() => clearTimeout(timer));
+    });
   }
   /** Whether a request with this (op, key) is outstanding here. */
   outstanding(op, key) {
@@ -311,6 +339,7 @@ var Slot = class {
   }
   #reply(text) {
     this.#lastReceived = performance.now();
+    this.#received++;
     const reply = parseReply(text);
     if (reply === void 0) {
       this.#lastError = `malformed reply ${JSON.stringify(text.slice(0, 100))}`;
@@ -474,6 +503,8 @@ var HeldLock = class {
   #expiresAt;
   #autoExtend;
   #controller = new AbortController();
+  /** The server answered `N`: lost for sure, not only suspected. */
+  #knownLost = false;
   #expiryTimer;
   #renewTimer;
   #released;
@@ -518,7 +549,7 @@ var HeldLock = class {
       throw new TypeError(`lease must be a positive number of seconds, got ${lease}`);
     }
     if (this.#released !== void 0) throw new TypeError(`Lock "${this.key}" was released`);
-    if (this.#controller.signal.aborted) throw this.#controller.signal.reason;
+    if (this.#knownLost) throw this.#controller.signal.reason;
     await this.#extend(Math.ceil(lease * 1e3));
   }
   /**
@@ -548,8 +579,11 @@ var HeldLock = class {
    */
   lose(why, known = true) {
     this.#stopTimers();
+    if (known && !this.#knownLost) {
+      this.#knownLost = true;
+      this.#owner.forget(this);
+    }
     if (!this.#controller.signal.aborted) {
-      if (known) this.#owner.forget(this);
       this.#controller.abort(new LockLostError(this.key, this.token, why));
     }
   }
@@ -562,13 +596,14 @@ var HeldLock = class {
     const held = await this.#owner.extend(this.key, this.token, leaseMs);
     if (this.#released !== void 0) return;
     if (!held) {
-      this.lose("the server no longer holds it for this token (extend answered N)");
-      throw this.#controller.signal.reason;
+      const why = "the server no longer holds it for this token (extend answered N)";
+      const suspected = this.#controller.signal.aborted;
+      this.lose(why);
+      throw suspected ? new LockLostError(this.key, this.token, why) : this.#controller.signal.reason;
     }
-    if (this.#controller.signal.aborted) return;
     this.#leaseMs = leaseMs;
     this.#expiresAt = sentAt + leaseMs;
-    this.#schedule();
+    if (!this.#controller.signal.aborted) this.#schedule();
   }
   #schedule() {
     this.#stopTimers();
@@ -680,6 +715,8 @@ function toMs(seconds, what) {
   if (!isLease && seconds >= MAX_SECONDS) return 0;
   return Math.ceil(seconds * 1e3);
 }
+var REPLY_MARGIN_MS = 50;
+var PROBE_GRACE_MS = 500;
 var LockClient = class {
   #slots = [];
   #next = 0;
@@ -898,15 +935,21 @@ var LockClient = class {
     return slot;
   }
   /**
-   * A connection dropped. A bridge releases what a client holds once its last WebSocket
-   * closes: with no bridge connection left, every held lock is suspected lost.
+   * A connection dropped. With no connection left at all, every held lock is suspected
+   * lost: a single node that restarts comes back empty, and nothing can renew a lease
+   * meanwhile. (Losing one node of a cluster is not a loss: a standby keeps the locks.)
+   * A bridge releases what a client holds once its last WebSocket closes, so losing every
+   * bridge connection is enough.
    */
   #connectionLost() {
+    if (this.#closing.signal.aborted) return;
     const bridged = this.#slots.filter((s) => s.address.scheme !== "tcp");
-    if (bridged.length === 0 || bridged.some((s) => s.up) || this.#closing.signal.aborted) return;
-    for (const lock of this.#locks) {
-      lock.lose("every connection to the bridge dropped, and the bridge releases its locks", false);
-    }
+    let why;
+    if (!this.#slots.some((s) => s.up)) why = "every connection to lockd dropped";
+    else if (bridged.length > 0 && !bridged.some((s) => s.up)) {
+      why = "every connection to the bridge dropped, and the bridge releases its locks";
+    } else return;
+    for (const lock of this.#locks) lock.lose(why, false);
   }
   /** Keeps a background promise from being unhandled and lets close() wait for it. */
   #track(promise) {
@@ -923,11 +966,43 @@ var LockClient = class {
     };
     const started = performance.now();
     let sentAt = started;
-    const line = () => {
+    const { promise, resolve, reject } = Promise.withResolvers();
+    let timer;
+    let sends = 0;
+    const cleanup = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    };
+    const giveUp = (error) => {
+      if (attempt.abandoned) return;
+      attempt.abandoned = true;
+      cleanup();
+      reject(error);
+    };
+    const onAbort = () => giveUp(new LockAbortedError(key, signal.reason));
+    const deadline = async (slot, received, send) => {
+      if (attempt.abandoned || send !== sends) return;
+      if (slot.up && slot.received === received) {
+        const graceMs = Math.min(this.#options.staleConnectionMs, PROBE_GRACE_MS + 4 * this.#latency);
+        if (!await slot.probe(graceMs)) return;
+        if (attempt.abandoned || send !== sends) return;
+      }
+      giveUp(new LockTimeoutError(key, waitMs / 1e3));
+    };
+    const line = (slot) => {
       sentAt = performance.now();
       const left = waitMs === 0 ? 0 : Math.max(1, Math.ceil(waitMs - (sentAt - started)));
+      if (left > 0) {
+        clearTimeout(timer);
+        const send = ++sends;
+        const received = slot.received;
+        timer = setTimeout(() => this.#track(deadline(slot, received, send)), left + REPLY_MARGIN_MS + 2 * this.#latency);
+      }
       return `A ${key} ${formatSeconds(leaseMs)} ${formatSeconds(left)}`;
     };
+    signal?.addEventListener("abort", onAbort, {
+      once: true
+    });
     const exchange = this.#exchange("A", key, line, attempt);
     const settle = (reply) => {
       if (reply.status === "A") {
@@ -947,41 +1022,22 @@ var LockClient = class {
       if (reply.status === "T") throw new LockTimeoutError(key, waitMs / 1e3);
       throw this.#unexpected(reply);
     };
-    return await new Promise((resolve, reject) => {
-      let timer;
-      const cleanup = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener("abort", onAbort);
-      };
-      const giveUp = (error) => {
-        if (attempt.abandoned) return;
-        attempt.abandoned = true;
-        cleanup();
-        reject(error);
-      };
-      const onAbort = () => giveUp(new LockAbortedError(key, signal.reason));
-      signal?.addEventListener("abort", onAbort, {
-        once: true
-      });
-      if (waitMs > 0) {
-        timer = setTimeout(() => giveUp(new LockTimeoutError(key, waitMs / 1e3)), waitMs + 1e3 + 2 * this.#latency);
+    this.#track(exchange.then((reply) => {
+      cleanup();
+      if (attempt.abandoned) {
+        if (reply.status === "A") this.#track(this.#release(key, reply.token));
+        return;
       }
-      this.#track(exchange.then((reply) => {
-        cleanup();
-        if (attempt.abandoned) {
-          if (reply.status === "A") this.#track(this.#release(key, reply.token));
-          return;
-        }
-        try {
-          resolve(settle(reply));
-        } catch (error) {
-          reject(error);
-        }
-      }, (error) => {
-        cleanup();
-        if (!attempt.abandoned) reject(error);
-      }));
-    });
+      try {
+        resolve(settle(reply));
+      } catch (error) {
+        reject(error);
+      }
+    }, (error) => {
+      cleanup();
+      if (!attempt.abandoned) reject(error);
+    }));
+    return await promise;
   }
   async #extend(key, token, leaseMs) {
     const reply = await this.#exchange("X", key, () => `X ${key} ${token} ${formatSeconds(leaseMs)}`);
@@ -1088,7 +1144,7 @@ var LockClient = class {
       if (closed.aborted) throw new LockError("The client is closed");
       let reply;
       try {
-        reply = await slot.request(op, key, line());
+        reply = await slot.request(op, key, line(slot));
       } catch (error) {
         if (!(error instanceof ConnectionLost)) throw error;
         lastProblem = error.message;
