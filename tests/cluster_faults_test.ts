@@ -193,6 +193,52 @@ Deno.test("cluster fault: SIGTERM handoff keeps FIFO when clients connected in t
   await assertNoUnhandledRejections();
 });
 
+Deno.test("cluster fault: failback keeps FIFO for waiters whose clients reconnect to the returning node at different times", async () => {
+  // The interim active redirects its waiters to the returning node with `M`, in queue order.
+  // A client not yet reconnected there (it retries every 3 s, each on its own schedule)
+  // would resend late and lose its place: the failback waits until every client can be back.
+  await Cluster.run(3, async (cluster) => {
+    const [first, interim] = cluster.members;
+    assert.equal(await cluster.waitForOneActive(), first);
+    await first.kill("SIGKILL");
+    assert.equal(await cluster.waitForOneActive({ not: [first] }), interim);
+    const n = 6;
+    const clients: LockClient[] = [];
+    try {
+      const held = await grant(interim, "fb:k");
+      const order: number[] = [];
+      const waiters: Promise<Lock>[] = [];
+      for (let i = 0; i < n; i++) {
+        // Clients made 300 ms apart: their retries towards the dead node are out of phase.
+        const client = new LockClient(cluster.addresses);
+        clients.push(client);
+        waiters.push(
+          client.acquire("fb:k", { lease: 30, wait: 0 }).then(async (lock) => {
+            order.push(i);
+            await lock.release();
+            return lock;
+          }),
+        );
+        await sleep(300);
+      }
+      const outcome = Promise.allSettled(waiters);
+
+      await first.start();
+      await first.waitForLog(/ is active \(took over from /, { timeoutMs: 10_000 });
+      await sleep(200); // The redirected waiters resend to the returning node.
+      assert.deepEqual(order, [], "a waiter was granted while fb:k is held");
+      assert.equal(await withLine(first, (c) => c.request(`R fb:k ${held}`)), "R fb:k R");
+
+      const results = await within(outcome, 10_000, "every waiter granted");
+      for (const result of results) assert.equal(result.status, "fulfilled", String(result));
+      assert.deepEqual(order, Array.from({ length: n }, (_, i) => i), "FIFO order");
+    } finally {
+      await Promise.all(clients.map((c) => c.close()));
+    }
+  });
+  await assertNoUnhandledRejections();
+});
+
 // ---------------------------------------------------------------------------------------
 // SIGTERM of the active while its best successor is paused
 

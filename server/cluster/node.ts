@@ -32,6 +32,11 @@ const TRACE_HB = (() => {
     return false;
   }
 })();
+/**
+ * How long a returning higher-priority node must have been in sync before a failback with
+ * queued acquires (ms): longer than the official clients' 3 s reconnect interval (SPEC §3).
+ */
+const FAILBACK_SETTLE_MS = 3500;
 const SERVE: Gate = { kind: "serve" };
 const PARK: Gate = { kind: "park" };
 
@@ -75,6 +80,8 @@ interface Peer {
   role: Role;
   activeAddress: string | undefined;
   synced: boolean;
+  /** When its heartbeats last turned to "in sync" (ms, this node's clock). */
+  syncedSince: number;
   replica: boolean;
   floor: bigint;
   hwm: bigint;
@@ -174,6 +181,7 @@ export class ClusterNode {
         role: "starting",
         activeAddress: undefined,
         synced: false,
+        syncedSince: Infinity,
         replica: false,
         floor: 0n,
         hwm: 0n,
@@ -304,7 +312,9 @@ export class ClusterNode {
     const [, role, active, synced, hwm, activation, replica, floor] = fields;
     peer.role = role as Role;
     peer.activeAddress = active === "-" ? undefined : active;
+    const wasSynced = peer.synced;
     peer.synced = synced === "1";
+    if (peer.synced && !wasSynced) peer.syncedSince = this.#port.clock();
     peer.replica = replica === "1";
     peer.hwm = /^[0-9]+$/.test(hwm ?? "") ? BigInt(hwm) : 0n;
     peer.floor = /^[0-9]+$/.test(floor ?? "") ? BigInt(floor) : 0n;
@@ -482,10 +492,25 @@ export class ClusterNode {
         this.#promote();
         break;
       case "hand-over":
-        this.#handOver(decision.address, decision.merge, false);
+        if (decision.merge || this.#failbackSettled(decision.address, now)) {
+          this.#handOver(decision.address, decision.merge, false);
+        }
         break;
     }
     this.#requestSyncIfNeeded(now);
+  }
+
+  /**
+   * Whether a failback to `heir` (a higher-priority node back in sync) may start now. With
+   * acquires queued here, it waits until the heir has been in sync for longer than a
+   * client's reconnect interval: by then every client is connected to it again, so the
+   * queued acquires, redirected with `M` in queue order, reach it in that order instead of
+   * racing each client's reconnection. Without waiters nothing can be reordered.
+   */
+  #failbackSettled(heir: string, now: number): boolean {
+    if (this.#port.table.waiting === 0) return true;
+    const peer = this.#peers.get(heir);
+    return peer === undefined || now - peer.syncedSince >= FAILBACK_SETTLE_MS;
   }
 
   /** Since when this node knows it was frozen and waits for fresh word from peers. */
