@@ -1164,7 +1164,7 @@ async function machineInfo(): Promise<Json> {
     cc: (await commandOutput("cc", ["--version"]))?.split("\n")[0] ?? null,
     git: head === undefined
       ? "unknown"
-      : `${head}${dirty ? " with uncommitted changes to the server" : ""}`,
+      : `${head}${dirty ? " with uncommitted changes to the server or client" : ""}`,
     // Other work on the machine skews every figure: the 1-minute load average before starting.
     loadavg_at_start: Number((await Deno.readTextFile("/proc/loadavg")).split(" ")[0]),
   };

@@ -69,8 +69,8 @@ export interface Lock extends AsyncDisposable {
   readonly lease: number;
   /**
    * Fires when the lock is known lost (an extend answered `N`) or suspected lost (the lease
-   * is about to run out and no renewal proved it). Its reason is a `LockLostError`. It does
-   * not fire on `release()`.
+   * is about to run out and no renewal proved it, or every connection of the client is
+   * down). Its reason is a `LockLostError`. It does not fire on `release()`.
    */
   readonly signal: AbortSignal;
   /** Whether `release()` was called. */
@@ -79,8 +79,9 @@ export interface Lock extends AsyncDisposable {
    * Resets the lease to `lease` seconds from now (default: the current lease).
    *
    * @param lease Seconds, > 0, fractions allowed.
-   * @throws {LockLostError} The server answered `N`: this grant no longer holds the key
-   * (`signal` fires too).
+   * @throws {LockLostError} The server answered `N`, now or before: this grant no longer
+   * holds the key (`signal` fires too). After a loss that was only suspected, the server
+   * is asked, and may still hold the lock.
    * @throws {LockUnavailableError} No connection could carry the request.
    * @throws {LockRejectedError} The server refused it (e.g. above its `--max-lease`).
    * @throws {TypeError} For a lease that is not a positive number, or after `release()`.
@@ -155,8 +156,8 @@ export class HeldLock implements Lock {
 
   /**
    * Fires when the lock is known lost (an extend answered `N`) or suspected lost (the lease
-   * is about to run out and no renewal proved it). Its reason is a {@linkcode LockLostError}.
-   * It does not fire on `release()`.
+   * is about to run out and no renewal proved it, or every connection of the client is
+   * down). Its reason is a {@linkcode LockLostError}. It does not fire on `release()`.
    */
   get signal(): AbortSignal {
     return this.#controller.signal;
@@ -171,8 +172,9 @@ export class HeldLock implements Lock {
    * Resets the lease to `lease` seconds from now (default: the current lease).
    *
    * @param lease Seconds, > 0, fractions allowed.
-   * @throws {LockLostError} The server answered `N`: this grant no longer holds the key
-   * (`signal` fires too).
+   * @throws {LockLostError} The server answered `N`, now or before: this grant no longer
+   * holds the key (`signal` fires too). After a loss that was only suspected, the server
+   * is asked, and may still hold the lock.
    * @throws {LockUnavailableError} No connection could carry the request.
    * @throws {LockRejectedError} The server refused it (e.g. above its `--max-lease`).
    * @throws {TypeError} For a lease that is not a positive number, or after `release()`.

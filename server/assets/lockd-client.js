@@ -524,8 +524,8 @@ var HeldLock = class {
   }
   /**
    * Fires when the lock is known lost (an extend answered `N`) or suspected lost (the lease
-   * is about to run out and no renewal proved it). Its reason is a {@linkcode LockLostError}.
-   * It does not fire on `release()`.
+   * is about to run out and no renewal proved it, or every connection of the client is
+   * down). Its reason is a {@linkcode LockLostError}. It does not fire on `release()`.
    */
   get signal() {
     return this.#controller.signal;
@@ -538,8 +538,9 @@ var HeldLock = class {
    * Resets the lease to `lease` seconds from now (default: the current lease).
    *
    * @param lease Seconds, > 0, fractions allowed.
-   * @throws {LockLostError} The server answered `N`: this grant no longer holds the key
-   * (`signal` fires too).
+   * @throws {LockLostError} The server answered `N`, now or before: this grant no longer
+   * holds the key (`signal` fires too). After a loss that was only suspected, the server
+   * is asked, and may still hold the lock.
    * @throws {LockUnavailableError} No connection could carry the request.
    * @throws {LockRejectedError} The server refused it (e.g. above its `--max-lease`).
    * @throws {TypeError} For a lease that is not a positive number, or after `release()`.
