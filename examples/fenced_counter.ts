@@ -196,20 +196,40 @@ async function coordinator(options: {
   return ok ? 0 : 1;
 }
 
+const USAGE = `Usage: deno run -A examples/fenced_counter.ts [options]
+
+  --server HOST:PORT   the lockd node (default 127.0.0.1:7321)
+  --workers N          worker processes (default 4)
+  --increments N       increments per worker (default 25)
+  --lease SECONDS      each worker's lease (default 1)
+  --pause              pause worker 1 (SIGSTOP) past its lease while it holds the lock
+  --help               this text`;
+
 if (import.meta.main) {
-  const { values } = parseArgs({
-    args: Deno.args,
-    options: {
-      server: { type: "string", default: "127.0.0.1:7321" },
-      workers: { type: "string", default: "4" },
-      increments: { type: "string", default: "25" },
-      lease: { type: "string", default: "1" },
-      pause: { type: "boolean", default: false },
-      worker: { type: "string" },
-      file: { type: "string" },
-      stall: { type: "boolean", default: false },
-    },
-  });
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: Deno.args,
+      options: {
+        server: { type: "string", default: "127.0.0.1:7321" },
+        workers: { type: "string", default: "4" },
+        increments: { type: "string", default: "25" },
+        lease: { type: "string", default: "1" },
+        pause: { type: "boolean", default: false },
+        worker: { type: "string" },
+        file: { type: "string" },
+        stall: { type: "boolean", default: false },
+        help: { type: "boolean", short: "h", default: false },
+      },
+    }));
+  } catch (error) {
+    console.error(`fenced_counter: ${error instanceof Error ? error.message : error}\n\n${USAGE}`);
+    Deno.exit(2);
+  }
+  if (values.help) {
+    console.log(USAGE);
+    Deno.exit(0);
+  }
   if (values.worker !== undefined) {
     await worker({
       server: values.server,
