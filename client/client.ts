@@ -156,7 +156,7 @@ function toMs(seconds: number, what: "lease" | "wait"): number {
 }
 
 /** Time allowed for a reply's trip past the wait it answers, besides twice the latency (ms). */
-const REPLY_MARGIN_MS = 50;
+const REPLY_MARGIN_MS = 200;
 /** Time a silent connection gets to answer a probe before it counts as frozen (ms). */
 const PROBE_GRACE_MS = 500;
 

@@ -716,7 +716,7 @@ function toMs(seconds, what) {
   if (!isLease && seconds >= MAX_SECONDS) return 0;
   return Math.ceil(seconds * 1e3);
 }
-var REPLY_MARGIN_MS = 50;
+var REPLY_MARGIN_MS = 200;
 var PROBE_GRACE_MS = 500;
 var LockClient = class {
   #slots = [];
