@@ -511,7 +511,6 @@ export class LockClient implements AsyncDisposable {
     // alive and the answer is T; one that stayed silent is probed, and dropped if the probe
     // goes unanswered, which moves the request to the next connection (SPEC §3).
     const deadline = async (slot: Slot, received: number, send: number) => {
-      if (attempt.abandoned || send !== sends) return;
       if (slot.up && slot.received === received) {
         const graceMs = Math.min(
           this.#options.staleConnectionMs,

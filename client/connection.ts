@@ -98,10 +98,7 @@ export class Slot {
     return new Promise<boolean>((resolve) => {
       const timer = setTimeout(() => {
         if (this.#received !== before) return resolve(true);
-        if (this.#transport === transport) {
-          this.#lastError = `no reply to a probe for ${Math.round(graceMs)} ms`;
-          transport.close(); // Reported as lost: its requests move to other connections.
-        }
+        this.#dropFrozen(transport, `no reply to a probe for ${Math.round(graceMs)} ms`);
         resolve(false);
       }, graceMs);
       this.request("?", "-", "?").then(
@@ -220,13 +217,19 @@ export class Slot {
       if (transport === undefined || this.#outstanding === 0) return;
       const silentMs = performance.now() - this.#lastReceived;
       if (silentMs >= this.#options.staleAfterMs) {
-        this.#lastError = `no reply for ${Math.round(silentMs)} ms`;
-        transport.close(); // Reported as lost: its requests move to other connections.
+        this.#dropFrozen(transport, `no reply for ${Math.round(silentMs)} ms`);
         return;
       }
       if (silentMs >= probeMs) this.#ping();
       this.#watch();
     }, probeMs);
+  }
+
+  /** Closes `transport` (if still current) as frozen; it is reported lost, so its requests move on. */
+  #dropFrozen(transport: Transport, why: string): void {
+    if (this.#transport !== transport) return;
+    this.#lastError = why;
+    transport.close();
   }
 
   #reply(text: string): void {

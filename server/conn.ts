@@ -177,11 +177,9 @@ export class Connection {
   }
 
   /**
-   * Encodes `text` into the connection's reused output buffer. `TextEncoder.encode` would
-   * return a fresh array, and V8 keeps arrays of up to 64 bytes (most replies) inside its
-   * heap: handing one to a socket write makes V8 move it out first, which costs more than
-   * the rest of the request. At most one write is in flight per connection, so one buffer
-   * per connection is enough; it is kept only while small.
+   * Encodes `text` into the connection's reused output buffer rather than a fresh array per
+   * write (`TextEncoder.encode`). At most one write is in flight per connection, so one
+   * buffer per connection is enough; it is kept only while small.
    */
   #encode(text: string): Uint8Array {
     let buf = this.#wbuf;

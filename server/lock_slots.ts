@@ -62,11 +62,13 @@ export class LockSlots<Q> {
     return slot;
   }
 
-  /** Removes a held lock (its lease leaves the heap); its slot is reused later. */
+  /**
+   * Removes a held lock (its lease leaves the heap); its slot is reused later. Only a lock
+   * without waiters is removed (a key with waiters is never free), so it has no queue.
+   */
   remove(slot: number): void {
     this.#unschedule(slot);
     this.#index.remove(slot);
-    this.#queues.delete(slot);
     this.#position[slot] = -2 - this.#freeHead;
     this.#freeHead = slot;
   }

@@ -210,10 +210,7 @@ var Slot = class {
     return new Promise((resolve) => {
       const timer = setTimeout(() => {
         if (this.#received !== before) return resolve(true);
-        if (this.#transport === transport) {
-          this.#lastError = `no reply to a probe for ${Math.round(graceMs)} ms`;
-          transport.close();
-        }
+        this.#dropFrozen(transport, `no reply to a probe for ${Math.round(graceMs)} ms`);
         resolve(false);
       }, graceMs);
       this.request("?", "-", "?").then(() => resolve(true), () => resolve(false)).finally(() => clearTimeout(timer));
@@ -329,13 +326,18 @@ var Slot = class {
       if (transport === void 0 || this.#outstanding === 0) return;
       const silentMs = performance.now() - this.#lastReceived;
       if (silentMs >= this.#options.staleAfterMs) {
-        this.#lastError = `no reply for ${Math.round(silentMs)} ms`;
-        transport.close();
+        this.#dropFrozen(transport, `no reply for ${Math.round(silentMs)} ms`);
         return;
       }
       if (silentMs >= probeMs) this.#ping();
       this.#watch();
     }, probeMs);
+  }
+  /** Closes `transport` (if still current) as frozen; it is reported lost, so its requests move on. */
+  #dropFrozen(transport, why) {
+    if (this.#transport !== transport) return;
+    this.#lastError = why;
+    transport.close();
   }
   #reply(text) {
     this.#lastReceived = performance.now();
@@ -982,7 +984,6 @@ var LockClient = class {
     };
     const onAbort = () => giveUp(new LockAbortedError(key, signal.reason));
     const deadline = async (slot, received, send) => {
-      if (attempt.abandoned || send !== sends) return;
       if (slot.up && slot.received === received) {
         const graceMs = Math.min(this.#options.staleConnectionMs, PROBE_GRACE_MS + 4 * this.#latency);
         if (!await slot.probe(graceMs)) return;
