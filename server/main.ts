@@ -8,10 +8,11 @@
 
 import denoJson from "../deno.json" with { type: "json" };
 import { formatHostPort, HELP, parseConfig, UsageError } from "./cli.ts";
+import { stderrLogger } from "./log.ts";
 import { LockServer } from "./server.ts";
 import { type BridgeServer, serveBridge } from "../client/bridge.ts";
 import clientScript from "./assets/lockd-client.js" with { type: "text" };
-import demoPage from "../examples/browser/index.html" with { type: "text" };
+import demoPage from "./assets/demo.html" with { type: "text" };
 
 /** Runs lockd with `args`; resolves with the exit code. */
 export async function main(args: string[]): Promise<number> {
@@ -46,6 +47,8 @@ export async function main(args: string[]): Promise<number> {
       return 2;
     }
   }
+  // Debug tracing of the peer protocol, for tests and diagnosis.
+  const trace = Deno.env.get("LOCKD_TRACE") === "1";
   let server: LockServer;
   try {
     server = await LockServer.start({
@@ -59,7 +62,10 @@ export async function main(args: string[]): Promise<number> {
         peers,
         heartbeatMs: config.heartbeatMs,
         failoverTimeoutMs: config.failoverTimeoutMs,
+        trace,
+        traceHeartbeats: trace && Deno.env.get("LOCKD_TRACE_HB") === "1",
       },
+      log: stderrLogger({ debug: trace }),
       onRole: (role, why) => console.error(`lockd: ${self} is ${role} (${why})`),
     });
   } catch (error) {

@@ -1,17 +1,25 @@
 /**
- * A lockd node: the TCP listener, its connections, the lock table, the token store, the one
- * lease timer and, in a cluster, the {@linkcode ClusterNode} that decides whether this node
+ * A lockd node, wired: the listener and its connections ({@linkcode Acceptor}), the lock
+ * table, the token store, the one lease timer and, in a cluster, the role machine
+ * ({@linkcode ClusterNode}) over the TCP peer network, which decides whether this node
  * serves, parks or redirects requests. `main.ts` adds the command line; tests and embedders
  * can start a server in-process with {@linkcode LockServer.start}.
  *
  * @module
  */
 
-import { DEFAULT_MAX_LEASE_MS } from "../client/codec.ts";
-import { ClusterNode, type ClusterOptions } from "./cluster/node.ts";
+import { DEFAULT_MAX_LEASE_MS, type Refusal, SHUTTING_DOWN } from "../client/codec.ts";
+import { Acceptor } from "./accept.ts";
+import { Batch } from "./batch.ts";
+import type { HostPort } from "./cli.ts";
 import type { Role } from "./cluster/election.ts";
-import { Connection, endBatchSoon, type LineHandler, onBatchEnd } from "./conn.ts";
-import { LockTable } from "./lock_table.ts";
+import { TcpPeerNetwork } from "./cluster/network.ts";
+import { ClusterNode } from "./cluster/node.ts";
+import { PeerInbound } from "./cluster/peer_inbound.ts";
+import { decodePeer } from "./cluster/peer_codec.ts";
+import { realScheduler } from "./cluster/ports.ts";
+import { LockTable } from "./engine/lock_table.ts";
+import { type Logger, stderrLogger } from "./log.ts";
 import {
   ClientSession,
   type Gate,
@@ -19,8 +27,24 @@ import {
   type Ticket,
   ticketHooks,
 } from "./session.ts";
-import { Ticker, turnClock } from "./timers.ts";
+import { Ticker, turnClock } from "./ticker.ts";
 import { TokenStore } from "./tokens.ts";
+
+/** Cluster settings of {@linkcode LockServerOptions} (docs/cluster.md). */
+export interface ServerClusterOptions {
+  /** This node's address, as it appears in `peers`. */
+  self: string;
+  /** Every node, in priority order (this one included), with its parsed address. */
+  peers: { address: string; target: HostPort }[];
+  /** Heartbeat interval, in ms. */
+  heartbeatMs: number;
+  /** Silence after which a peer counts as dead, in ms. */
+  failoverTimeoutMs: number;
+  /** Log every peer message but heartbeats (`LOCKD_TRACE=1`). */
+  trace?: boolean;
+  /** Log heartbeats too (`LOCKD_TRACE_HB=1`). */
+  traceHeartbeats?: boolean;
+}
 
 /** Options of {@linkcode LockServer.start}. */
 export interface LockServerOptions {
@@ -36,16 +60,18 @@ export interface LockServerOptions {
   maxConnections?: number;
   /** Monotonic clock in ms. Default `performance.now`, read once per event-loop run. */
   clock?: () => number;
-  /** Cluster settings (SPEC §4); a single node without them. */
-  cluster?: Omit<ClusterOptions, "tokenBlock">;
+  /** Cluster settings; a single node without them. */
+  cluster?: ServerClusterOptions;
   /** Called on every role change of a cluster node (for logs). */
   onRole?: (role: Role, description: string) => void;
+  /** Where events are logged. Default: stderr. */
+  log?: Logger;
 }
 
-const TOO_MANY = new TextEncoder().encode("- - E too many connections\n");
 const SHUTDOWN_GRACE_MS = 2000;
 const SERVE: Gate = { kind: "serve" };
-const SHUTTING_DOWN: Gate = { kind: "refuse", reply: "E shutting down" };
+const STOPPING: Refusal = { status: "E", text: SHUTTING_DOWN };
+const SHUTTING: Gate = { kind: "refuse", refusal: STOPPING };
 
 /**
  * A running lockd node.
@@ -62,22 +88,27 @@ export class LockServer {
   #tokens: TokenStore;
   #table: LockTable<Ticket>;
   #ticker: Ticker;
-  #ctx: SessionContext;
+  #batch = new Batch();
+  #log: Logger;
+  #acceptor: Acceptor;
   #cluster: ClusterNode | undefined;
-  #maxConnections: number;
-  #connections = new Map<Connection, ClientSession>();
+  #network: TcpPeerNetwork | undefined;
   #parked: { session: ClientSession; line: string }[] = [];
   #stopping = false;
   #exitCode = 0;
   #finished: Promise<number>;
   #finish!: (code: number) => void;
   #ready: Promise<Role>;
-  #detachBatch: () => void;
 
-  private constructor(listener: Deno.TcpListener, tokens: TokenStore, options: LockServerOptions) {
+  private constructor(
+    listener: Deno.TcpListener,
+    tokens: TokenStore,
+    options: LockServerOptions,
+    log: Logger,
+  ) {
     this.#listener = listener;
     this.#tokens = tokens;
-    this.#maxConnections = options.maxConnections ?? 10_000;
+    this.#log = log;
     const turn = options.clock === undefined ? turnClock() : undefined;
     const clock = options.clock ?? turn!.now;
     this.#table = new LockTable<Ticket>({
@@ -90,44 +121,53 @@ export class LockServer {
         freed: (key, token) => this.#cluster?.freed(key, token),
       },
     });
-    this.#ctx = {
+    const ctx: SessionContext = {
       table: this.#table,
       maxLeaseMs: options.maxLeaseMs ?? DEFAULT_MAX_LEASE_MS,
-      gate: () => this.#stopping ? SHUTTING_DOWN : this.#cluster?.gate() ?? SERVE,
+      gate: () => this.#stopping ? SHUTTING : this.#cluster?.gate() ?? SERVE,
       park: (session, line) => this.#parked.push({ session, line }),
       fatal: (error) => this.#fatal(error),
     };
     this.#ticker = new Ticker(this.#table, {
       clock: options.clock ?? (() => performance.now()),
       refresh: turn?.refresh,
-      afterTick: endBatchSoon,
+      afterTick: () => this.#batch.soon(),
       onError: (error) => this.#fatal(error),
       canAdvance: () => this.#cluster?.canAdvance() ?? true,
     });
-    this.#detachBatch = onBatchEnd(() => this.#ticker.arm());
+    this.#batch.onEnd(() => this.#ticker.arm());
     this.#finished = new Promise((resolve) => this.#finish = resolve);
     const { promise: ready, resolve: settled } = Promise.withResolvers<Role>();
     this.#ready = ready;
-    if (options.cluster !== undefined) {
-      const cluster = new ClusterNode({
-        table: this.#table,
-        tokens,
-        clock,
-        answerQueued: (status) => this.#answerQueued(status),
-        unpark: () => this.#unpark(),
-        resumeTimers: () => {
-          this.#ticker.fire();
-        },
-        roleChanged: (role, description) => {
-          if (role === "active" || role === "standby") settled(role);
-          options.onRole?.(role, description);
-        },
-      }, { ...options.cluster, tokenBlock: tokens.block });
-      this.#cluster = cluster;
-      tokens.onReserve = (mark) => cluster.reserved(mark);
-      cluster.start();
+    const cluster = options.cluster;
+    if (cluster !== undefined) {
+      this.#startCluster(cluster, clock, (role, description) => {
+        if (role === "active" || role === "standby") settled(role);
+        options.onRole?.(role, description);
+      });
     } else settled("active");
-    this.#acceptLoop();
+    this.#acceptor = new Acceptor(listener, {
+      client: (socket) =>
+        new ClientSession(ctx, {
+          send: (line) => socket.send(line),
+          hold: (units) => socket.hold(units),
+        }),
+      peer: cluster === undefined ? undefined : (line, socket) => {
+        const hello = decodePeer(line);
+        const node = this.#cluster!;
+        if (hello.type !== "PEER" || !node.knows(hello.address)) {
+          log.warn(`refusing a peer handshake from ${socket.remote}: ${line.slice(0, 100)}`);
+          return null;
+        }
+        return new PeerInbound(node, hello.address, {
+          openedAt: clock(),
+          close: () => socket.close(),
+          log,
+          trace: cluster.trace,
+          traceHeartbeats: cluster.traceHeartbeats,
+        });
+      },
+    }, { maxConnections: options.maxConnections ?? 10_000, batch: this.#batch, log });
   }
 
   /**
@@ -138,7 +178,13 @@ export class LockServer {
    * @throws {Deno.errors.AddrInUse} The address is taken.
    */
   static start(options: LockServerOptions = {}): Promise<LockServer> {
-    const tokens = TokenStore.open(options.dataDir ?? "./lockd-data");
+    const log = options.log ?? stderrLogger();
+    const self: { server?: LockServer } = {};
+    const tokens = TokenStore.open(options.dataDir ?? "./lockd-data", {
+      // A cluster's active announces every reserved block to its standbys before using it.
+      onReserve: (mark) => self.server?.cluster?.reserved(mark),
+      log: (message) => log.error(message),
+    });
     let listener: Deno.TcpListener;
     try {
       listener = Deno.listen({
@@ -148,17 +194,18 @@ export class LockServer {
     } catch (error) {
       return tokens.close().then(() => Promise.reject(error));
     }
-    return Promise.resolve(new LockServer(listener, tokens, options));
+    self.server = new LockServer(listener, tokens, options, log);
+    return Promise.resolve(self.server);
+  }
+
+  /** The role machine of a cluster node; `undefined` for a single node. */
+  get cluster(): ClusterNode | undefined {
+    return this.#cluster;
   }
 
   /** The address actually listened on (the real port when 0 was asked). */
   get addr(): Deno.NetAddr {
     return this.#listener.addr;
-  }
-
-  /** The lock table (for tests and statistics). */
-  get table(): LockTable<Ticket> {
-    return this.#table;
   }
 
   /** Resolves with the first settled role: at once for a single node. */
@@ -180,123 +227,94 @@ export class LockServer {
     if (this.#stopping) return void await this.#finished;
     const handedOver = (await this.#cluster?.leave()) ?? false;
     this.#stopping = true;
-    try {
-      this.#listener.close();
-    } catch {
-      // Already closed.
-    }
+    const accepting = this.#acceptor.close();
     // Requests parked during a handover that did not complete get the same answer.
     this.#unpark();
-    if (!handedOver) {
-      this.#answerQueued("E shutting down");
-    }
-    for (const conn of this.#connections.keys()) conn.closeAfterFlush();
-    endBatchSoon();
-    const closing = [...this.#connections.keys()].map((c) => c.done);
+    if (!handedOver) this.#answerQueued(STOPPING);
+    const clients = [...this.#acceptor.clients];
+    for (const socket of clients) socket.closeAfterFlush();
+    this.#batch.soon();
+    const closing = clients.map((c) => c.done);
     let timer: ReturnType<typeof setTimeout> | undefined;
     await Promise.race([
       Promise.all(closing),
       new Promise((resolve) => timer = setTimeout(resolve, SHUTDOWN_GRACE_MS)),
     ]);
     clearTimeout(timer);
-    for (const conn of this.#connections.keys()) conn.close();
+    for (const socket of clients) socket.close();
     await Promise.all(closing);
-    await this.#cluster?.stop();
+    await accepting;
+    this.#cluster?.stop();
+    await this.#network?.stop();
+    await this.#acceptor.closePeers();
     this.#ticker.stop();
-    this.#detachBatch();
     try {
       await this.#tokens.close();
     } catch (error) {
-      console.error(`lockd: ${error instanceof Error ? error.message : error}`);
+      this.#log.error(error instanceof Error ? error.message : String(error));
       this.#exitCode = 1;
     }
     this.#finish(this.#exitCode);
   }
 
+  #startCluster(
+    options: ServerClusterOptions,
+    clock: () => number,
+    roleChanged: (role: Role, description: string) => void,
+  ): void {
+    const self = options.self;
+    const network = new TcpPeerNetwork({
+      self,
+      peers: new Map(
+        options.peers.filter((p) => p.address !== self).map((p) => [p.address, p.target]),
+      ),
+      retryMs: options.heartbeatMs,
+      connectTimeoutMs: options.failoverTimeoutMs,
+      batch: this.#batch,
+      log: this.#log,
+    }, {
+      up: (address) => this.#cluster?.linkUp(address),
+      down: (address) => this.#cluster?.linkDown(address),
+    });
+    this.#network = network;
+    this.#cluster = new ClusterNode({
+      table: this.#table,
+      tokens: this.#tokens,
+      clock,
+      answerQueued: (refusal) => this.#answerQueued(refusal),
+      unpark: () => this.#unpark(),
+      resumeTimers: () => this.#ticker.fire(),
+      roleChanged,
+      log: this.#log,
+    }, {
+      self,
+      peers: options.peers.map((p) => p.address),
+      heartbeatMs: options.heartbeatMs,
+      failoverTimeoutMs: options.failoverTimeoutMs,
+    }, { network, scheduler: realScheduler });
+    network.start();
+    this.#cluster.start();
+  }
+
   /**
-   * Answers every queued acquire with `status`, each key's waiters in queue order: replies
+   * Answers every queued acquire with `refusal`, each key's waiters in queue order: replies
    * go out in that order, so redirected clients resend (and queue again) in that order.
    */
-  #answerQueued(status: string): void {
-    for (const ticket of [...this.#table.queued()]) ticket.session.answerQueued(ticket, status);
-    endBatchSoon();
+  #answerQueued(refusal: Refusal): void {
+    for (const ticket of [...this.#table.queued()]) ticket.session.answerQueued(ticket, refusal);
+    this.#batch.soon();
   }
 
   #unpark(): void {
     const parked = this.#parked;
     this.#parked = [];
     for (const { session, line } of parked) session.line(line);
-    endBatchSoon();
+    this.#batch.soon();
   }
 
   #fatal(error: Error | unknown): void {
-    console.error(`lockd: ${error instanceof Error ? error.message : error}; stopping`);
+    this.#log.error(`${error instanceof Error ? error.message : error}; stopping`);
     this.#exitCode = 1;
     queueMicrotask(() => this.shutdown());
-  }
-
-  async #acceptLoop(): Promise<void> {
-    for (;;) {
-      let socket: Deno.TcpConn;
-      try {
-        socket = await this.#listener.accept();
-      } catch (error) {
-        if (this.#stopping) return;
-        // Out of file descriptors and the like: log, breathe, keep serving.
-        console.error(`lockd: accept failed: ${error instanceof Error ? error.message : error}`);
-        await new Promise((resolve) => setTimeout(resolve, 50));
-        continue;
-      }
-      if (this.#stopping) {
-        socket.close();
-        continue;
-      }
-      if (this.#connections.size >= this.#maxConnections) {
-        refuse(socket);
-        continue;
-      }
-      this.#serve(socket);
-    }
-  }
-
-  #serve(socket: Deno.TcpConn): void {
-    const session = new ClientSession(this.#ctx, {
-      send: (line) => conn.send(line),
-      hold: (units) => conn.hold(units),
-    });
-    let first = true;
-    const client: LineHandler = {
-      line: (text) => {
-        if (first) {
-          first = false;
-          // A peer introduces itself with `PEER 1 <address>` (docs/cluster.md).
-          if (text.startsWith("PEER ") && this.#cluster !== undefined) {
-            this.#connections.delete(conn);
-            const peer = this.#cluster.accept(text.split(" ")[2] ?? "", () => conn.close());
-            if (peer === undefined) conn.close();
-            else conn.handler = peer;
-            return;
-          }
-        }
-        session.line(text);
-      },
-      invalid: (text) => session.invalid(text),
-      closed: () => {
-        session.closed();
-        this.#connections.delete(conn);
-      },
-    };
-    const conn = new Connection(socket, client);
-    this.#connections.set(conn, session);
-  }
-}
-
-async function refuse(socket: Deno.TcpConn): Promise<void> {
-  try {
-    await socket.write(TOO_MANY);
-  } catch {
-    // The client is gone already.
-  } finally {
-    socket.close();
   }
 }

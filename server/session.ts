@@ -1,14 +1,26 @@
 /**
- * The client side of one connection: parses request lines (SPEC §2), applies them to the
- * lock table and queues the replies, keeping replies with the same (op, key) in request
- * order even when an earlier acquire is still queued.
+ * The client side of one connection: parses request lines (docs/protocol.md), applies them
+ * to the lock table and queues the replies, keeping replies with the same (op, key) in
+ * request order even when an earlier acquire is still queued.
  *
  * @module
  */
 
-import { parseRequest } from "../client/codec.ts";
-import type { LineHandler } from "./conn.ts";
-import type { LockTable, LockTableHooks, Waiter } from "./lock_table.ts";
+import {
+  errorReply,
+  extendReply,
+  grantReply,
+  invalidLineError,
+  parseRequest,
+  type Refusal,
+  refusalReply,
+  releaseReply,
+  type RequestError,
+  timeoutReply,
+} from "../client/codec.ts";
+import { type OrderedReply, ReplyOrder } from "../client/reply_order.ts";
+import type { LockTable, LockTableHooks, Waiter } from "./engine/lock_table.ts";
+import type { LineHandler } from "./line_socket.ts";
 import { TokensExhaustedError } from "./tokens.ts";
 
 /** Where a session's replies go: a connection, or a test double. */
@@ -29,7 +41,7 @@ export const MAX_QUEUED_PER_CONNECTION = 1_000_000;
 export type Gate =
   | { kind: "serve" }
   | { kind: "park" }
-  | { kind: "refuse"; reply: string };
+  | { kind: "refuse"; refusal: Refusal };
 
 /** What the sessions of one server share. */
 export interface SessionContext {
@@ -48,8 +60,8 @@ export interface SessionContext {
   fatal(error: Error): void;
 }
 
-/** One queued acquire: the reply slot that keeps same-key replies in order. */
-export class Ticket {
+/** One queued acquire: its place among the replies of its key. */
+export class Ticket implements OrderedReply {
   /** The reply once decided; `undefined` while the acquire is queued. */
   reply: string | undefined = undefined;
   /** The table's waiter, while queued. */
@@ -61,56 +73,26 @@ export class Ticket {
 /** The lock table hooks that route outcomes of queued acquires back to their sessions. */
 export const ticketHooks: LockTableHooks<Ticket> = {
   granted(ticket, key, token) {
-    ticket.session.settle(ticket, `A ${key} A ${token}`);
+    ticket.session.settle(ticket, grantReply(key, token));
   },
   timedOut(ticket, key) {
-    ticket.session.settle(ticket, `A ${key} T`);
+    ticket.session.settle(ticket, timeoutReply(key));
   },
 };
-
-/**
- * The unanswered acquires of one key on one connection, in request order, and the replies
- * held behind them. A FIFO with a moving head: settling is O(1), not O(n) as `shift` is.
- */
-class KeyQueue {
-  items: Ticket[] = [];
-  head = 0;
-
-  get empty(): boolean {
-    return this.head === this.items.length;
-  }
-
-  push(ticket: Ticket): void {
-    this.items.push(ticket);
-  }
-
-  /** The first ticket if it is decided, removed; otherwise `undefined`. */
-  shiftDecided(): Ticket | undefined {
-    const first = this.items[this.head];
-    if (first === undefined || first.reply === undefined) return undefined;
-    this.items[this.head++] = undefined as unknown as Ticket;
-    if (this.head > 1024 && this.head * 2 > this.items.length) {
-      this.items = this.items.slice(this.head);
-      this.head = 0;
-    }
-    return first;
-  }
-
-  /** The tickets still in the queue. */
-  *[Symbol.iterator](): IterableIterator<Ticket> {
-    for (let i = this.head; i < this.items.length; i++) yield this.items[i];
-  }
-}
 
 /** Handles the request lines of one client connection. */
 export class ClientSession implements LineHandler {
   #ctx: SessionContext;
   #sink: ReplySink;
-  /** Per key: acquires of this connection not yet answered, in request order. */
-  #queued = new Map<string, KeyQueue>();
+  /** Per key: acquires of this connection not yet answered, and replies held behind them. */
+  #order = new ReplyOrder<Ticket>();
   /** Acquires of this connection waiting in the table. */
   #waiting = 0;
   #closed = false;
+  #send = (entry: Ticket) => {
+    this.#sink.hold?.(-(entry.reply!.length + 1));
+    this.#sink.send(entry.reply!);
+  };
 
   /** @param ctx Shared server state. @param sink Where replies go. */
   constructor(ctx: SessionContext, sink: ReplySink) {
@@ -130,12 +112,12 @@ export class ClientSession implements LineHandler {
     }
     const request = parseRequest(text, { maxLeaseMs: this.#ctx.maxLeaseMs });
     if ("kind" in request) {
-      this.#reply(request.op, request.key, `${request.op} ${request.key} E ${request.message}`);
+      this.#reject(request);
       return;
     }
     const { op, key } = request;
     if (gate?.kind === "refuse") {
-      this.#reply(op, key, `${op} ${key} ${gate.reply}`);
+      this.#reply(op, key, refusalReply(op, key, gate.refusal));
       return;
     }
     const table = this.#ctx.table;
@@ -143,49 +125,40 @@ export class ClientSession implements LineHandler {
       switch (request.op) {
         case "A": {
           if (this.#waiting >= MAX_QUEUED_PER_CONNECTION) {
-            this.#reply(op, key, `A ${key} E too many queued acquires on this connection`);
+            this.#reply(
+              op,
+              key,
+              errorReply(op, key, "too many queued acquires on this connection"),
+            );
             return;
           }
           const ticket = new Ticket(this, key);
           const outcome = table.acquire(key, request.leaseMs, request.waitMs, ticket);
-          if (typeof outcome === "bigint") this.#reply(op, key, `A ${key} A ${outcome}`);
+          if (typeof outcome === "bigint") this.#reply(op, key, grantReply(key, outcome));
           else {
             ticket.waiter = outcome;
             this.#waiting++;
-            let tickets = this.#queued.get(key);
-            if (tickets === undefined) this.#queued.set(key, tickets = new KeyQueue());
-            tickets.push(ticket);
+            this.#order.push(key, ticket);
           }
           return;
         }
         case "R":
-          this.#sink.send(table.release(key, request.token) ? `R ${key} R` : `R ${key} N`);
+          this.#sink.send(releaseReply(key, table.release(key, request.token)));
           return;
         case "X":
-          this.#sink.send(
-            table.extend(key, request.token, request.leaseMs) ? `X ${key} X` : `X ${key} N`,
-          );
+          this.#sink.send(extendReply(key, table.extend(key, request.token, request.leaseMs)));
           return;
       }
     } catch (error) {
       if (!(error instanceof TokensExhaustedError)) throw error;
-      this.#reply(op, key, `${op} ${key} E fencing tokens are exhausted`);
+      this.#reply(op, key, errorReply(op, key, "fencing tokens are exhausted"));
       this.#ctx.fatal(error);
     }
   }
 
-  /**
-   * Answers a line that is not valid UTF-8 with `E`, echoing its op and key where they are
-   * intact (no replacement character), `-` otherwise.
-   */
+  /** Answers a line that is not valid UTF-8 with `E` (see {@linkcode invalidLineError}). */
   invalid(text: string): void {
-    if (text.endsWith("\r")) text = text.slice(0, -1);
-    const [op, key] = text.split(" ");
-    const intact = (field: string | undefined) =>
-      field === undefined || field === "" || field.includes("\uFFFD") ? "-" : field;
-    const echoOp = intact(op);
-    const echoKey = intact(key);
-    this.#reply(echoOp, echoKey, `${echoOp} ${echoKey} E line is not valid UTF-8`);
+    this.#reject(invalidLineError(text));
   }
 
   /** Decides a queued acquire and sends every reply of its key that is now in order. */
@@ -193,50 +166,46 @@ export class ClientSession implements LineHandler {
     if (ticket.waiter !== undefined) this.#waiting--;
     ticket.waiter = undefined;
     ticket.reply = reply;
-    const tickets = this.#queued.get(ticket.key);
-    if (tickets === undefined) return;
+    if (!this.#order.has(ticket.key)) return;
     this.#sink.hold?.(reply.length + 1);
-    for (let next = tickets.shiftDecided(); next; next = tickets.shiftDecided()) {
-      this.#sink.hold?.(-(next.reply!.length + 1));
-      this.#sink.send(next.reply!);
-    }
-    if (tickets.empty) this.#queued.delete(ticket.key);
+    this.#order.drain(ticket.key, this.#send);
   }
 
   /**
-   * Answers a queued acquire with `status` (e.g. `E shutting down` or `M host:port`),
+   * Answers a queued acquire with `refusal` (e.g. `E shutting down` or `M host:port`),
    * taking it out of the table first so it can never be granted afterwards.
    */
-  answerQueued(ticket: Ticket, status: string): void {
+  answerQueued(ticket: Ticket, refusal: Refusal): void {
     if (ticket.waiter === undefined) return;
     this.#ctx.table.cancel(ticket.waiter);
-    this.settle(ticket, `A ${ticket.key} ${status}`);
+    this.settle(ticket, refusalReply("A", ticket.key, refusal));
   }
 
   /** The connection closed: its queued acquires leave the table (never granted to it). */
   closed(): void {
     if (this.#closed) return;
     this.#closed = true;
-    for (const tickets of this.#queued.values()) {
-      for (const ticket of tickets) {
-        if (ticket.waiter !== undefined) this.#ctx.table.cancel(ticket.waiter);
-        ticket.waiter = undefined;
-      }
+    for (const ticket of this.#order.entries()) {
+      if (ticket.waiter !== undefined) this.#ctx.table.cancel(ticket.waiter);
+      ticket.waiter = undefined;
     }
-    this.#queued.clear();
+    this.#order.clear();
     this.#waiting = 0;
+  }
+
+  #reject(error: RequestError): void {
+    this.#reply(error.op, error.key, errorReply(error.op, error.key, error.message));
   }
 
   /** Sends a reply to (op, key), behind any earlier unanswered acquire of the same key. */
   #reply(op: string, key: string, line: string): void {
-    const tickets = op === "A" ? this.#queued.get(key) : undefined;
-    if (tickets === undefined) {
+    if (op !== "A" || !this.#order.has(key)) {
       this.#sink.send(line);
       return;
     }
-    const slot = new Ticket(this, key);
-    slot.reply = line;
-    tickets.push(slot);
+    const held = new Ticket(this, key);
+    held.reply = line;
+    this.#order.push(key, held);
     this.#sink.hold?.(line.length + 1);
   }
 }

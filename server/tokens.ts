@@ -1,5 +1,5 @@
 /**
- * The fencing-token high-water mark (SPEC §1): tokens are u64 `bigint`s that never go back,
+ * The fencing-token high-water mark (docs/protocol.md, "Semantics"): tokens are u64 `bigint`s that never go back,
  * across restarts and `kill -9`. The mark lives in `<data-dir>/tokens`; the store reserves
  * a block of tokens ahead on disk (temp file, fsync, rename) and issues from memory, so the
  * hot path never waits for the disk. After a crash the next start begins above the
@@ -32,6 +32,13 @@ export class DataDirError extends Error {
 export interface TokenStoreOptions {
   /** Tokens reserved on disk per write. Default 1,000,000. */
   block?: bigint;
+  /**
+   * Called with the new mark whenever a block is reserved, before any token of that block
+   * is issued (a cluster's active announces it to its standbys).
+   */
+  onReserve?: (mark: bigint) => void;
+  /** Where a failed background reservation is reported. Default: stderr. */
+  log?: (message: string) => void;
 }
 
 const FILE = "tokens";
@@ -64,17 +71,21 @@ export class TokenStore {
   #durable: bigint;
   #writing: Promise<void> | null = null;
   #closed = false;
-  /**
-   * Called with the new mark whenever a block is reserved, before any token of that block
-   * is issued (a cluster's active announces it to its standbys).
-   */
-  onReserve: ((mark: bigint) => void) | undefined = undefined;
+  #onReserve: ((mark: bigint) => void) | undefined;
+  #log: (message: string) => void;
 
-  private constructor(dir: string, lockFile: Deno.FsFile, stored: bigint, block: bigint) {
+  private constructor(
+    dir: string,
+    lockFile: Deno.FsFile,
+    stored: bigint,
+    options: TokenStoreOptions | undefined,
+  ) {
     this.#dir = dir;
     this.#path = join(dir, FILE);
     this.#lockFile = lockFile;
-    this.#block = block;
+    this.#block = options?.block ?? 1_000_000n;
+    this.#onReserve = options?.onReserve;
+    this.#log = options?.log ?? ((message) => console.error(`lockd: ${message}`));
     this.#last = stored;
     this.#durable = stored;
   }
@@ -89,7 +100,6 @@ export class TokenStore {
    * @throws {TokensExhaustedError} If the stored mark is already 2^64-1.
    */
   static open(dir: string, options?: TokenStoreOptions): TokenStore {
-    const block = options?.block ?? 1_000_000n;
     try {
       Deno.mkdirSync(dir, { recursive: true });
     } catch (error) {
@@ -114,9 +124,9 @@ export class TokenStore {
       );
     }
     try {
-      const store = new TokenStore(dir, lockFile, readMark(join(dir, FILE)), block);
+      const store = new TokenStore(dir, lockFile, readMark(join(dir, FILE)), options);
       if (store.#last >= MAX_TOKEN) throw new TokensExhaustedError();
-      store.#reserveSync(store.#last + block);
+      store.#reserveSync(store.#last + store.#block);
       return store;
     } catch (error) {
       lockFile.close();
@@ -185,7 +195,7 @@ export class TokenStore {
 
   #reserveSync(target: bigint): void {
     const mark = target > MAX_TOKEN ? MAX_TOKEN : target;
-    this.onReserve?.(mark);
+    this.#onReserve?.(mark);
     this.#write(mark, "tmp-sync");
     this.#durable = mark;
   }
@@ -193,7 +203,7 @@ export class TokenStore {
   #reserveAsync(target: bigint): void {
     const mark = target > MAX_TOKEN ? MAX_TOKEN : target;
     if (mark <= this.#durable) return;
-    this.onReserve?.(mark);
+    this.#onReserve?.(mark);
     const tmp = join(this.#dir, `${FILE}.tmp-async`);
     this.#writing = writeDurably(tmp, mark).then(() => {
       // Renames happen on this thread, in order: a later synchronous write is never undone.
@@ -202,9 +212,7 @@ export class TokenStore {
         this.#durable = mark;
       } else Deno.removeSync(tmp);
     }).catch((error) => {
-      console.error(
-        `lockd: could not reserve fencing tokens in "${this.#dir}": ${describe(error)}`,
-      );
+      this.#log(`could not reserve fencing tokens in "${this.#dir}": ${describe(error)}`);
     }).finally(() => {
       this.#writing = null;
     });

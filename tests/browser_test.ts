@@ -1,7 +1,7 @@
 /**
  * Browser tests of the WebSocket bridge (issue 5) in a real headless Chromium (Debian's
  * `chromium`, driven by `npm:playwright-core`): lockd runs with `--bridge 127.0.0.1:0
- * --bridge-demo`, and pages load the demo (`examples/browser/index.html`, served by the
+ * --bridge-demo`, and pages load the demo (`server/assets/demo.html`, served by the
  * bridge at `/` with the client bundle at `/client.js`), which puts its `LockClient` at
  * `globalThis.lockd` for scripted use. What lockd itself holds is checked with raw TCP
  * clients.

@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { KeyIndex } from "../server/key_index.ts";
+import { KeyIndex } from "../server/engine/key_index.ts";
 import { mulberry32 } from "./_prng.ts";
 
 Deno.test("KeyIndex agrees with a Map over random operations", () => {

@@ -9,7 +9,7 @@
  */
 
 import assert from "node:assert/strict";
-import { LockTable, Waiter } from "../server/lock_table.ts";
+import { LockTable, Waiter } from "../server/engine/lock_table.ts";
 import { mulberry32 } from "./_prng.ts";
 
 type State = "queued" | "immediate" | "granted" | "timedOut" | "cancelled";

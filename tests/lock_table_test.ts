@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { LockTable, type LockTableHooks, Waiter } from "../server/lock_table.ts";
+import { LockTable, type LockTableHooks, Waiter } from "../server/engine/lock_table.ts";
 
 /** A table on a fake clock, with a log of every hook call. */
 interface Harness {

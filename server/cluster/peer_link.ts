@@ -1,13 +1,17 @@
 /**
- * The outbound half of a peer connection: this node dials each peer, introduces itself with
- * `PEER 1 <address>` and sends its heartbeats and replication on that connection; the peer
- * does the same the other way. A link that drops is redialled every `retryMs`.
+ * The outbound half of a peer connection: this node dials each peer, introduces itself
+ * with the peer handshake and sends its heartbeats and replication on that connection; the
+ * peer does the same the other way (docs/cluster.md, "Peer protocol"). A link that drops is
+ * redialled every `retryMs`.
  *
  * @module
  */
 
-import { Connection } from "../conn.ts";
+import type { Batch } from "../batch.ts";
 import type { HostPort } from "../cli.ts";
+import { LineSocket } from "../line_socket.ts";
+import type { Logger } from "../log.ts";
+import { encodePeer } from "./peer_codec.ts";
 
 /** Options of {@linkcode PeerLink}. */
 export interface PeerLinkOptions {
@@ -17,10 +21,14 @@ export interface PeerLinkOptions {
   retryMs: number;
   /** Longest time one dial may take, in ms. */
   connectTimeoutMs: number;
+  /** The server's batch (the link writes at the end of each). */
+  batch: Batch;
+  /** Where drops are reported. */
+  log: Logger;
   /** The link came up (after the handshake was queued). */
-  onUp(link: PeerLink): void;
+  onUp(address: string): void;
   /** The link went down. */
-  onDown(link: PeerLink): void;
+  onDown(address: string): void;
 }
 
 /** Output a peer may owe us before its link is dropped (a snapshot of a million locks fits). */
@@ -32,7 +40,7 @@ export class PeerLink {
   readonly address: string;
   #target: HostPort;
   #options: PeerLinkOptions;
-  #conn: Connection | undefined;
+  #socket: LineSocket | undefined;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #dialing = false;
   #stopped = false;
@@ -46,7 +54,7 @@ export class PeerLink {
 
   /** Whether lines can be sent now. */
   get up(): boolean {
-    return this.#conn !== undefined && !this.#conn.closed;
+    return this.#socket !== undefined && !this.#socket.closed;
   }
 
   /** Starts dialing. */
@@ -56,22 +64,17 @@ export class PeerLink {
 
   /** Queues one line; dropped if the link is down (heartbeats repeat, streams resync). */
   send(line: string): void {
-    this.#conn?.send(line);
-  }
-
-  /** Drops the connection; it is redialled later. */
-  reset(): void {
-    this.#conn?.close();
+    this.#socket?.send(line);
   }
 
   /** Closes the link for good, after writing what is queued. */
   async stop(): Promise<void> {
     this.#stopped = true;
     clearTimeout(this.#timer);
-    const conn = this.#conn;
-    if (conn === undefined) return;
-    conn.closeAfterFlush();
-    await conn.done;
+    const socket = this.#socket;
+    if (socket === undefined) return;
+    socket.closeAfterFlush();
+    await socket.done;
   }
 
   async #dial(): Promise<void> {
@@ -80,27 +83,33 @@ export class PeerLink {
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), this.#options.connectTimeoutMs);
     try {
-      const socket = await Deno.connect({
+      const conn = await Deno.connect({
         hostname: this.#target.hostname,
         port: this.#target.port,
         signal: abort.signal,
       });
       if (this.#stopped) {
-        socket.close();
+        conn.close();
         return;
       }
-      const conn = new Connection(socket, {
+      conn.setNoDelay(true);
+      const socket = new LineSocket(conn, this.address, {
         line: () => {}, // Peers never write on the link we dialled.
         closed: () => {
-          if (this.#conn !== conn) return;
-          this.#conn = undefined;
-          this.#options.onDown(this);
+          if (this.#socket !== socket) return;
+          this.#socket = undefined;
+          this.#options.onDown(this.address);
           this.#retry();
         },
-      }, { dropAtBytes: PEER_OUTPUT_LIMIT, pauseAtBytes: PEER_OUTPUT_LIMIT });
-      this.#conn = conn;
-      conn.send(`PEER 1 ${this.#options.self}`);
-      this.#options.onUp(this);
+      }, {
+        batch: this.#options.batch,
+        log: this.#options.log,
+        dropAt: PEER_OUTPUT_LIMIT,
+        pauseAt: PEER_OUTPUT_LIMIT,
+      });
+      this.#socket = socket;
+      socket.send(encodePeer({ type: "PEER", address: this.#options.self }));
+      this.#options.onUp(this.address);
     } catch {
       this.#retry();
     } finally {

@@ -1,9 +1,9 @@
 /**
- * The lock rules of SPEC §1, with no I/O: holders, FIFO waiters, leases, wait limits and
- * fencing tokens. Time comes from an injected monotonic clock; leases sit in the heap of
- * {@linkcode LockSlots} (held locks stored as a struct of arrays) and wait limits in a
- * {@linkcode DeadlineHeap}, so the rules can be tested with a fake clock and a million
- * leases cost no timers.
+ * The lock rules of docs/protocol.md ("Semantics"), with no I/O: holders, FIFO waiters,
+ * leases, wait limits and fencing tokens. Time comes from an injected monotonic clock;
+ * leases sit in the heap of {@linkcode LockSlots} (held locks stored as a struct of arrays)
+ * and wait limits in an {@linkcode IndexedHeap} of their own, so the rules can be tested
+ * with a fake clock and a million leases cost no timers.
  *
  * Timing rule: a lease or wait limit with deadline `d` has run out at any time `now >= d`.
  * Every operation first settles everything due at `now` (in deadline order), so a late
@@ -13,7 +13,7 @@
  * @module
  */
 
-import { DeadlineHeap, type Timed } from "./deadline_heap.ts";
+import { IndexedHeap } from "./indexed_heap.ts";
 import { LockSlots } from "./lock_slots.ts";
 
 /** A monotonic clock in milliseconds (e.g. `performance.now`). Wall-clock jumps must not show. */
@@ -48,11 +48,9 @@ interface Queue {
 }
 
 /** A queued acquire. Returned by {@linkcode LockTable.acquire} so its owner can cancel it. */
-export class Waiter<T> implements Timed {
-  /** Wait-limit deadline (ms); meaningful only while scheduled. */
-  deadline = 0;
-  /** Heap position, -1 if the waiter has no wait limit or is gone. */
-  heapIndex = -1;
+export class Waiter<T> {
+  /** Its id in the wait-limit heap, -1 if it has no wait limit or is gone. */
+  limit = -1;
   /** Previous waiter in the key's FIFO queue. */
   prev: Waiter<unknown> | null = null;
   /** Next waiter in the key's FIFO queue. */
@@ -69,8 +67,8 @@ export class Waiter<T> implements Timed {
   }
 }
 
-/** One holder entry of a snapshot: what a standby needs to keep a grant alive. */
-export interface HeldLock {
+/** One holder of a snapshot: what a standby needs to keep a grant alive. */
+export interface Holder {
   /** The key. */
   key: string;
   /** Fencing token of the current grant. */
@@ -98,7 +96,10 @@ export interface HeldLock {
  */
 export class LockTable<T> {
   #locks = new LockSlots<Queue>();
-  #waitLimits = new DeadlineHeap<Waiter<T>>();
+  /** Wait limits by waiter id (see {@linkcode Waiter.limit}). */
+  #waitLimits = new IndexedHeap();
+  /** The waiter of each wait-limit id. */
+  #limited: (Waiter<T> | undefined)[] = [];
   /**
    * Orders equal deadlines across both heaps: the order things were scheduled in. It wraps
    * at 2^32 (stored in 32 bits), which can misorder two equal deadlines once in 4 billion
@@ -137,7 +138,8 @@ export class LockTable<T> {
   nextDeadline(): number | undefined {
     const slot = this.#locks.first();
     const lease = slot < 0 ? Infinity : this.#locks.deadline(slot);
-    const wait = this.#waitLimits.peek()?.deadline ?? Infinity;
+    const limit = this.#waitLimits.first();
+    const wait = limit < 0 ? Infinity : this.#waitLimits.deadline(limit);
     const next = lease < wait ? lease : wait;
     return next === Infinity ? undefined : next;
   }
@@ -150,18 +152,19 @@ export class LockTable<T> {
   advance(): void {
     const now = this.#clock();
     const locks = this.#locks;
+    const limits = this.#waitLimits;
     for (;;) {
       const slot = locks.first();
-      const waiter = this.#waitLimits.peek();
+      const limit = limits.first();
       const lease = slot < 0 ? Infinity : locks.deadline(slot);
-      const wait = waiter === undefined ? Infinity : waiter.deadline;
+      const wait = limit < 0 ? Infinity : limits.deadline(limit);
       if (lease > now && wait > now) return;
-      const leaseFirst = lease < wait ||
-        (lease === wait && locks.seq(slot) < this.#waitLimits.firstSeq());
+      const leaseFirst = lease < wait || (lease === wait && locks.seq(slot) < limits.seq(limit));
       if (leaseFirst) this.#handOver(slot, lease, now);
       else {
-        this.#waitLimits.cancel(waiter!);
-        this.#timeOut(waiter!);
+        const waiter = this.#limited[limit]!;
+        this.#unlimit(waiter);
+        this.#timeOut(waiter);
       }
     }
   }
@@ -198,7 +201,10 @@ export class LockTable<T> {
     }
     this.#waiters++;
     if (waitMs > 0 && Number.isFinite(waitMs)) {
-      this.#waitLimits.schedule(waiter, now + waitMs, this.#nextSeq());
+      const limit = this.#waitLimits.allocate();
+      waiter.limit = limit;
+      this.#limited[limit] = waiter;
+      this.#waitLimits.schedule(limit, now + waitMs, this.#nextSeq());
     }
     return waiter;
   }
@@ -240,7 +246,7 @@ export class LockTable<T> {
   cancel(waiter: Waiter<T>): void {
     if (waiter.slot < 0) return;
     this.#unlink(waiter);
-    this.#waitLimits.cancel(waiter);
+    this.#unlimit(waiter);
   }
 
   /**
@@ -288,7 +294,7 @@ export class LockTable<T> {
   }
 
   /** Every current grant, for a snapshot. Walks all keys: never on a hot path. */
-  *holders(): IterableIterator<HeldLock> {
+  *holders(): IterableIterator<Holder> {
     this.advance();
     for (const slot of this.#locks.slots()) yield this.#describe(slot);
   }
@@ -297,22 +303,24 @@ export class LockTable<T> {
   clear(): void {
     for (const slot of this.#locks.slots()) {
       for (let w = this.#locks.queue(slot)?.head ?? null; w !== null; w = w.next) {
-        this.#waitLimits.cancel(w as Waiter<T>);
         w.slot = -1;
+        (w as Waiter<T>).limit = -1;
       }
     }
     this.#locks.clear();
+    this.#waitLimits.clear();
+    this.#limited = [];
     this.#waiters = 0;
   }
 
   /** The current grant of `key`, if any. */
-  holder(key: string): HeldLock | undefined {
+  holder(key: string): Holder | undefined {
     this.advance();
     const slot = this.#locks.find(key);
     return slot < 0 ? undefined : this.#describe(slot);
   }
 
-  #describe(slot: number): HeldLock {
+  #describe(slot: number): Holder {
     const locks = this.#locks;
     return { key: locks.key(slot), token: locks.token(slot), deadline: locks.deadline(slot) };
   }
@@ -326,8 +334,8 @@ export class LockTable<T> {
   #handOver(slot: number, at: number, now: number): void {
     const locks = this.#locks;
     let next = locks.queue(slot)?.head as Waiter<T> | undefined;
-    while (next !== undefined && next.heapIndex >= 0 && next.deadline <= at) {
-      this.#waitLimits.cancel(next);
+    while (next !== undefined && next.limit >= 0 && this.#waitLimits.deadline(next.limit) <= at) {
+      this.#unlimit(next);
       this.#timeOut(next);
       next = locks.queue(slot)?.head as Waiter<T> | undefined;
     }
@@ -341,12 +349,21 @@ export class LockTable<T> {
     const key = locks.key(slot);
     const token = this.#nextToken();
     this.#unlink(next);
-    this.#waitLimits.cancel(next);
+    this.#unlimit(next);
     locks.setToken(slot, token);
     const deadline = now + next.leaseMs;
     locks.schedule(slot, deadline, this.#nextSeq());
     this.#hooks.held?.(key, token, deadline);
     this.#hooks.granted(next.ticket, key, token);
+  }
+
+  /** Takes the wait limit of `waiter`, if it has one, out of the heap. */
+  #unlimit(waiter: Waiter<T>): void {
+    const limit = waiter.limit;
+    if (limit < 0) return;
+    waiter.limit = -1;
+    this.#limited[limit] = undefined;
+    this.#waitLimits.free(limit);
   }
 
   #timeOut(waiter: Waiter<T>): void {

@@ -1,32 +1,67 @@
 /**
- * Unit tests of the deadline heap: ordering, ties, moves, removals, and a long random run
- * checked against a sorted-array reference.
+ * Unit tests of the indexed heap: ordering, ties, moves, removals, id reuse, and a long
+ * random run checked against a sorted-array reference.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
-import { DeadlineHeap, type Timed } from "../server/deadline_heap.ts";
+import { IndexedHeap } from "../server/engine/indexed_heap.ts";
 import { mulberry32 } from "./_prng.ts";
 
-interface Item extends Timed {
+/** A named id of one heap, so tests read like the entries they schedule. */
+interface Item {
   name: string;
+  id: number;
 }
 
-function item(name: string): Item {
-  return { name, deadline: 0, heapIndex: -1 };
+/** An indexed heap with names for its ids and the test-side helpers of the old API. */
+class Heap {
+  readonly heap = new IndexedHeap(4); // small, so tests cross several growths
+  #names = new Map<number, Item>();
+
+  item(name: string): Item {
+    const it = { name, id: this.heap.allocate() };
+    this.#names.set(it.id, it);
+    return it;
+  }
+  schedule(it: Item, deadline: number): void {
+    this.heap.schedule(it.id, deadline);
+  }
+  cancel(it: Item): void {
+    this.heap.remove(it.id);
+  }
+  get size(): number {
+    return this.heap.size;
+  }
+  peek(): Item | undefined {
+    return this.#names.get(this.heap.first());
+  }
+  deadline(it: Item): number {
+    return this.heap.deadline(it.id);
+  }
+  index(it: Item): number {
+    return this.heap.position(it.id);
+  }
+  /** Removes and returns the earliest entry if it is due at `now` (deadline <= now). */
+  popDue(now: number): Item | undefined {
+    const id = this.heap.first();
+    if (id < 0 || this.heap.deadline(id) > now) return undefined;
+    this.heap.remove(id);
+    return this.#names.get(id);
+  }
 }
 
-function drain(heap: DeadlineHeap<Item>, now = Infinity): string[] {
+function drain(heap: Heap, now = Infinity): string[] {
   const out: string[] = [];
   for (let e = heap.popDue(now); e; e = heap.popDue(now)) out.push(e.name);
   return out;
 }
 
 Deno.test("popDue() returns entries in deadline order", () => {
-  const heap = new DeadlineHeap<Item>();
+  const heap = new Heap();
   const deadlines = [50, 10, 40, 30, 20, 60, 5, 45];
-  for (const d of deadlines) heap.schedule(item(`d${d}`), d);
+  for (const d of deadlines) heap.schedule(heap.item(`d${d}`), d);
   assert.equal(heap.size, deadlines.length);
   assert.deepEqual(drain(heap), [...deadlines].sort((a, b) => a - b).map((d) => `d${d}`));
   assert.equal(heap.size, 0);
@@ -34,9 +69,9 @@ Deno.test("popDue() returns entries in deadline order", () => {
 });
 
 Deno.test("popDue() returns only entries with deadline <= now", async (t) => {
-  const heap = new DeadlineHeap<Item>();
-  const a = item("a");
-  const b = item("b");
+  const heap = new Heap();
+  const a = heap.item("a");
+  const b = heap.item("b");
   heap.schedule(a, 100);
   heap.schedule(b, 200);
 
@@ -50,7 +85,7 @@ Deno.test("popDue() returns only entries with deadline <= now", async (t) => {
     assert.equal(heap.size, 1);
   });
   await t.step("a late call returns everything overdue, in order", () => {
-    const c = item("c");
+    const c = heap.item("c");
     heap.schedule(c, 150);
     assert.deepEqual(drain(heap, 10_000), ["c", "b"]);
   });
@@ -60,20 +95,20 @@ Deno.test("popDue() returns only entries with deadline <= now", async (t) => {
 });
 
 Deno.test("popDue() breaks ties in insertion order", () => {
-  const heap = new DeadlineHeap<Item>();
+  const heap = new Heap();
   const names = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
-  for (const n of names) heap.schedule(item(n), 7);
-  heap.schedule(item("early"), 3);
-  heap.schedule(item("late"), 9);
+  for (const n of names) heap.schedule(heap.item(n), 7);
+  heap.schedule(heap.item("early"), 3);
+  heap.schedule(heap.item("late"), 9);
   assert.deepEqual(drain(heap), ["early", ...names, "late"]);
 });
 
 Deno.test("peek() and size track the earliest entry", () => {
-  const heap = new DeadlineHeap<Item>();
+  const heap = new Heap();
   assert.equal(heap.peek(), undefined);
   assert.equal(heap.size, 0);
-  const a = item("a");
-  const b = item("b");
+  const a = heap.item("a");
+  const b = heap.item("b");
   heap.schedule(a, 20);
   assert.equal(heap.peek(), a);
   heap.schedule(b, 10);
@@ -86,19 +121,19 @@ Deno.test("peek() and size track the earliest entry", () => {
 
 Deno.test("schedule() moves an already scheduled entry", async (t) => {
   await t.step("earlier", () => {
-    const heap = new DeadlineHeap<Item>();
-    const [a, b, c] = [item("a"), item("b"), item("c")];
+    const heap = new Heap();
+    const [a, b, c] = [heap.item("a"), heap.item("b"), heap.item("c")];
     heap.schedule(a, 10);
     heap.schedule(b, 20);
     heap.schedule(c, 30);
     heap.schedule(c, 5);
     assert.equal(heap.size, 3);
-    assert.equal(c.deadline, 5);
+    assert.equal(heap.deadline(c), 5);
     assert.deepEqual(drain(heap), ["c", "a", "b"]);
   });
   await t.step("later", () => {
-    const heap = new DeadlineHeap<Item>();
-    const [a, b, c] = [item("a"), item("b"), item("c")];
+    const heap = new Heap();
+    const [a, b, c] = [heap.item("a"), heap.item("b"), heap.item("c")];
     heap.schedule(a, 10);
     heap.schedule(b, 20);
     heap.schedule(c, 30);
@@ -107,8 +142,8 @@ Deno.test("schedule() moves an already scheduled entry", async (t) => {
     assert.deepEqual(drain(heap), ["b", "a", "c"]);
   });
   await t.step("to the same deadline: it goes after the entries already there", () => {
-    const heap = new DeadlineHeap<Item>();
-    const [a, b, c] = [item("a"), item("b"), item("c")];
+    const heap = new Heap();
+    const [a, b, c] = [heap.item("a"), heap.item("b"), heap.item("c")];
     heap.schedule(a, 10);
     heap.schedule(b, 10);
     heap.schedule(c, 10);
@@ -116,8 +151,8 @@ Deno.test("schedule() moves an already scheduled entry", async (t) => {
     assert.deepEqual(drain(heap), ["b", "c", "a"]);
   });
   await t.step("onto a tie: a moved entry counts as inserted when moved", () => {
-    const heap = new DeadlineHeap<Item>();
-    const [a, b, c] = [item("a"), item("b"), item("c")];
+    const heap = new Heap();
+    const [a, b, c] = [heap.item("a"), heap.item("b"), heap.item("c")];
     heap.schedule(a, 50);
     heap.schedule(b, 10);
     heap.schedule(c, 20);
@@ -129,26 +164,26 @@ Deno.test("schedule() moves an already scheduled entry", async (t) => {
 
 Deno.test("cancel() removes an entry and ignores one that is not scheduled", async (t) => {
   await t.step("root, middle and last positions keep the heap ordered", () => {
-    const heap = new DeadlineHeap<Item>();
-    const items = Array.from({ length: 15 }, (_, i) => item(`i${i}`));
+    const heap = new Heap();
+    const items = Array.from({ length: 15 }, (_, i) => heap.item(`i${i}`));
     items.forEach((it, i) => heap.schedule(it, (i * 7) % 15));
     const root = heap.peek()!;
     heap.cancel(root);
-    const last = items.find((it) => it.heapIndex === heap.size - 1)!;
+    const last = items.find((it) => heap.index(it) === heap.size - 1)!;
     heap.cancel(last);
-    const middle = items.find((it) => it.heapIndex === 3)!;
+    const middle = items.find((it) => heap.index(it) === 3)!;
     heap.cancel(middle);
     assert.equal(heap.size, 12);
-    for (const gone of [root, last, middle]) assert.equal(gone.heapIndex, -1);
+    for (const gone of [root, last, middle]) assert.equal(heap.index(gone), -1);
     const expected = items
       .filter((it) => ![root, last, middle].includes(it))
-      .sort((x, y) => x.deadline - y.deadline || items.indexOf(x) - items.indexOf(y))
+      .sort((x, y) => heap.deadline(x) - heap.deadline(y) || items.indexOf(x) - items.indexOf(y))
       .map((it) => it.name);
     assert.deepEqual(drain(heap), expected);
   });
   await t.step("a second cancel, or a cancel of a never scheduled entry, does nothing", () => {
-    const heap = new DeadlineHeap<Item>();
-    const [a, b, c] = [item("a"), item("b"), item("c")];
+    const heap = new Heap();
+    const [a, b, c] = [heap.item("a"), heap.item("b"), heap.item("c")];
     heap.schedule(a, 1);
     heap.schedule(b, 2);
     heap.cancel(a);
@@ -156,20 +191,20 @@ Deno.test("cancel() removes an entry and ignores one that is not scheduled", asy
     heap.cancel(c);
     assert.equal(heap.size, 1);
     assert.equal(heap.peek(), b);
-    assert.equal(c.heapIndex, -1);
+    assert.equal(heap.index(c), -1);
   });
   await t.step("the only entry", () => {
-    const heap = new DeadlineHeap<Item>();
-    const a = item("a");
+    const heap = new Heap();
+    const a = heap.item("a");
     heap.schedule(a, 1);
     heap.cancel(a);
     assert.equal(heap.size, 0);
     assert.equal(heap.peek(), undefined);
-    assert.equal(a.heapIndex, -1);
+    assert.equal(heap.index(a), -1);
   });
   await t.step("a cancelled entry can be scheduled again", () => {
-    const heap = new DeadlineHeap<Item>();
-    const [a, b] = [item("a"), item("b")];
+    const heap = new Heap();
+    const [a, b] = [heap.item("a"), heap.item("b")];
     heap.schedule(a, 1);
     heap.schedule(b, 5);
     heap.cancel(a);
@@ -180,37 +215,37 @@ Deno.test("cancel() removes an entry and ignores one that is not scheduled", asy
     // Inserted in array order, each entry >= its parent, so this is the heap layout. The
     // last entry (4, right subtree) replaces 14 (left subtree, under 11 and 10): it must
     // move up two levels, not down.
-    const heap = new DeadlineHeap<Item>();
+    const heap = new Heap();
     const deadlines = [0, 10, 1, 11, 12, 2, 3, 13, 14, 15, 16, 4];
-    const items = deadlines.map((d) => item(`d${d}`));
+    const items = deadlines.map((d) => heap.item(`d${d}`));
     items.forEach((it, i) => heap.schedule(it, deadlines[i]));
-    items.forEach((it, i) => assert.equal(it.heapIndex, i));
+    items.forEach((it, i) => assert.equal(heap.index(it), i));
     heap.cancel(items[8]);
-    assert.equal(items[11].heapIndex, 1);
+    assert.equal(heap.index(items[11]), 1);
     const expected = deadlines.filter((d) => d !== 14).sort((a, b) => a - b).map((d) => `d${d}`);
     assert.deepEqual(drain(heap), expected);
   });
 });
 
-Deno.test("popDue() and cancel() set heapIndex to -1", () => {
-  const heap = new DeadlineHeap<Item>();
-  const [a, b] = [item("a"), item("b")];
+Deno.test("popDue() and cancel() leave the entry unscheduled", () => {
+  const heap = new Heap();
+  const [a, b] = [heap.item("a"), heap.item("b")];
   heap.schedule(a, 1);
   heap.schedule(b, 2);
-  assert.ok(a.heapIndex >= 0 && b.heapIndex >= 0);
+  assert.ok(heap.index(a) >= 0 && heap.index(b) >= 0);
   assert.equal(heap.popDue(1), a);
-  assert.equal(a.heapIndex, -1);
+  assert.equal(heap.index(a), -1);
   heap.cancel(b);
-  assert.equal(b.heapIndex, -1);
+  assert.equal(heap.index(b), -1);
 });
 
-Deno.test("DeadlineHeap matches a sorted-array reference under random operations", async (t) => {
+Deno.test("IndexedHeap matches a sorted-array reference under random operations", async (t) => {
   for (const seed of [1, 42, 20240601, 0xdeadbeef]) {
     await t.step(`seed ${seed}`, () => {
       const random = mulberry32(seed);
       const int = (n: number) => Math.floor(random() * n);
-      const heap = new DeadlineHeap<Item>();
-      const pool = Array.from({ length: 60 }, (_, i) => item(`i${i}`));
+      const heap = new Heap();
+      const pool = Array.from({ length: 60 }, (_, i) => heap.item(`i${i}`));
       // Reference: scheduled entries with the insertion counter of their last schedule().
       const ref: { it: Item; deadline: number; order: number }[] = [];
       let order = 0;
@@ -259,9 +294,9 @@ Deno.test("DeadlineHeap matches a sorted-array reference under random operations
           for (const it of pool) {
             const scheduled = ref.some((r) => r.it === it);
             if (scheduled) {
-              assert.ok(it.heapIndex >= 0 && it.heapIndex < heap.size, `${it.name} index`);
-              positions.add(it.heapIndex);
-            } else assert.equal(it.heapIndex, -1, `${it.name} should be unscheduled`);
+              assert.ok(heap.index(it) >= 0 && heap.index(it) < heap.size, `${it.name} index`);
+              positions.add(heap.index(it));
+            } else assert.equal(heap.index(it), -1, `${it.name} should be unscheduled`);
           }
           assert.equal(positions.size, ref.length);
         }
@@ -273,4 +308,24 @@ Deno.test("DeadlineHeap matches a sorted-array reference under random operations
       }
     });
   }
+});
+
+Deno.test("allocate() reuses freed ids, last freed first, and free() unschedules", () => {
+  const heap = new IndexedHeap(2);
+  const ids = [heap.allocate(), heap.allocate(), heap.allocate()];
+  assert.deepEqual(ids, [0, 1, 2]);
+  assert.ok(heap.capacity >= 3);
+  heap.schedule(1, 10);
+  heap.schedule(2, 5);
+  heap.free(2);
+  assert.equal(heap.scheduled(2), false);
+  assert.equal(heap.first(), 1);
+  heap.free(0);
+  assert.equal(heap.allocate(), 0);
+  assert.equal(heap.allocate(), 2);
+  assert.equal(heap.allocate(), 3);
+  assert.equal(heap.top, 4);
+  heap.clear();
+  assert.equal(heap.size, 0);
+  assert.equal(heap.allocate(), 0);
 });

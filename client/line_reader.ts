@@ -1,0 +1,148 @@
+/**
+ * Line framing of a byte stream (docs/protocol.md, "Framing"), shared by the server's
+ * sockets and the client's TCP transport. Pure: the caller reads into {@linkcode
+ * LineReader.space} and reports the count to {@linkcode LineReader.commit}; complete lines
+ * come out with one native search and one UTF-8 decode per chunk, without their `\n` or
+ * `\r\n`. A partial line stays in the buffer for the next read, so nothing is copied twice.
+ *
+ * @module
+ */
+
+import { utf8Length } from "./codec/fields.ts";
+
+/** Where a {@linkcode LineReader} delivers what it finds. */
+export interface LineSink {
+  /** One line, without its line ending, never empty. */
+  line(text: string): void;
+  /**
+   * A line that is not valid UTF-8, decoded with replacement characters (U+FFFD) so its
+   * fields can be echoed. Without this hook such lines are ignored.
+   */
+  invalid?(decoded: string): void;
+  /** A line is longer than the limit: the reader has stopped; the caller closes. */
+  tooLong(): void;
+  /** Whether more lines are wanted now (false stops the rest of the chunk). */
+  accepting(): boolean;
+}
+
+/** Options of {@linkcode LineReader}. */
+export interface LineReaderOptions {
+  /** Longest line in bytes, without its line ending. */
+  maxLineBytes: number;
+  /** Bytes read at once. Default 16 KiB; at least twice `maxLineBytes`. */
+  bufferBytes?: number;
+}
+
+// ignoreBOM: a U+FEFF at the start of a chunk is part of the line, as anywhere else.
+const strict = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+const lenient = new TextDecoder("utf-8", { ignoreBOM: true });
+
+/** Splits the bytes of one connection into lines. */
+export class LineReader {
+  #sink: LineSink;
+  #max: number;
+  #buf: Uint8Array;
+  /** Bytes of an unfinished line at the start of the buffer. */
+  #kept = 0;
+  #stopped = false;
+
+  /** @param sink Receives lines. @param options The line limit. */
+  constructor(sink: LineSink, options: LineReaderOptions) {
+    this.#sink = sink;
+    this.#max = options.maxLineBytes;
+    this.#buf = new Uint8Array(Math.max(options.bufferBytes ?? 16 * 1024, 2 * this.#max + 2));
+  }
+
+  /** The free part of the buffer: read the next bytes into it. */
+  space(): Uint8Array {
+    return this.#kept === 0 ? this.#buf : this.#buf.subarray(this.#kept);
+  }
+
+  /**
+   * Takes `n` bytes just read into {@linkcode space} and delivers the complete lines.
+   * Returns `false` once a line was too long (the reader is then done).
+   */
+  commit(n: number): boolean {
+    if (this.#stopped) return false;
+    const buf = this.#buf;
+    const end = this.#kept + n;
+    const lastNewline = buf.lastIndexOf(10, end - 1);
+    if (lastNewline < this.#kept) {
+      this.#kept = end;
+      return this.#checkKept();
+    }
+    this.#lines(buf.subarray(0, lastNewline));
+    const kept = end - lastNewline - 1;
+    if (kept > 0) buf.copyWithin(0, lastNewline + 1, end);
+    this.#kept = kept;
+    return !this.#stopped && this.#checkKept();
+  }
+
+  /** An unfinished line longer than the limit (plus room for its `\r`) cannot end well. */
+  #checkKept(): boolean {
+    if (this.#kept > this.#max + 1) this.#tooLong();
+    return !this.#stopped;
+  }
+
+  #tooLong(): void {
+    this.#stopped = true;
+    this.#sink.tooLong();
+  }
+
+  /** Delivers complete lines (`bytes` ends just before a `\n`). */
+  #lines(bytes: Uint8Array): void {
+    let text: string;
+    try {
+      text = strict.decode(bytes);
+    } catch {
+      this.#linesOneByOne(bytes);
+      return;
+    }
+    let start = 0;
+    for (;;) {
+      const nl = text.indexOf("\n", start);
+      const line = nl < 0 ? text.slice(start) : text.slice(start, nl);
+      if (!this.#line(line)) return;
+      if (nl < 0) return;
+      start = nl + 1;
+    }
+  }
+
+  /** Slow path for a chunk that is not valid UTF-8: find the bad line(s). */
+  #linesOneByOne(bytes: Uint8Array): void {
+    let start = 0;
+    while (start <= bytes.length) {
+      let nl = bytes.indexOf(10, start);
+      if (nl < 0) nl = bytes.length;
+      const length = nl - start - (nl > start && bytes[nl - 1] === 13 ? 1 : 0);
+      if (length > this.#max) {
+        this.#tooLong();
+        return;
+      }
+      const raw = bytes.subarray(start, nl);
+      let line: string;
+      try {
+        line = strict.decode(raw);
+      } catch {
+        line = "";
+        if (this.#sink.accepting()) this.#sink.invalid?.(lenient.decode(raw));
+      }
+      if (line !== "" && !this.#line(line)) return;
+      start = nl + 1;
+    }
+  }
+
+  /** One line; returns false when no more input is to be handled. */
+  #line(line: string): boolean {
+    if (this.#stopped || !this.#sink.accepting()) return false;
+    if (line.length > 0 && line.charCodeAt(line.length - 1) === 13) line = line.slice(0, -1);
+    if (line.length === 0) return true;
+    // Fewer UTF-16 units than bytes: measure bytes only when the units could be over.
+    if (line.length > this.#max || (line.length * 3 > this.#max && utf8Length(line) > this.#max)) {
+      this.#tooLong();
+      return false;
+    }
+    this.#sink.line(line);
+    return true;
+  }
+}

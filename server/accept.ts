@@ -1,0 +1,183 @@
+/**
+ * The accept loop of the server's one port: the connection cap, and routing by the first
+ * line. Clients and peers share the listener (docs/cluster.md, "Peer protocol"): a
+ * connection whose first line is a peer handshake (`PEER ...`) becomes a peer link, every
+ * other one a client connection.
+ *
+ * @module
+ */
+
+import { errorReply, TOO_MANY_CONNECTIONS } from "../client/codec.ts";
+import type { Batch } from "./batch.ts";
+import { type LineHandler, LineSocket } from "./line_socket.ts";
+import type { Logger } from "./log.ts";
+
+/** What the acceptor asks of the server. */
+export interface AcceptRoutes {
+  /** A handler for a new client connection, replying through `socket`. */
+  client(socket: LineSocket): LineHandler;
+  /**
+   * A handler for a connection that opened with a peer handshake, or `undefined` when this
+   * node has no cluster (the line is then a client's). Returning `null` refuses the peer
+   * (unknown, malformed): the connection is closed.
+   */
+  peer?(firstLine: string, socket: LineSocket): LineHandler | null;
+}
+
+/** Options of {@linkcode Acceptor}. */
+export interface AcceptorOptions {
+  /** Client connections served at once; the next gets `- - E too many connections`. */
+  maxConnections: number;
+  /** The server's batch. */
+  batch: Batch;
+  /** Where failures are reported. */
+  log: Logger;
+}
+
+/** Where a first line leads: its handler, and whether the line was for the routing only. */
+type Route = { handler: LineHandler; consumed: boolean } | null;
+
+/** Routes the first line, then hands every line to the chosen handler. */
+class FirstLine implements LineHandler {
+  #target: LineHandler | undefined;
+  #route: (line: string) => Route;
+  #onClosed: () => void;
+
+  constructor(route: (line: string) => Route, onClosed: () => void) {
+    this.#route = route;
+    this.#onClosed = onClosed;
+  }
+
+  line(text: string): void {
+    if (this.#target === undefined) {
+      const routed = this.#route(text);
+      if (routed === null) return;
+      this.#target = routed.handler;
+      if (routed.consumed) return;
+    }
+    this.#target.line(text);
+  }
+
+  invalid(text: string): void {
+    if (this.#target === undefined) {
+      const routed = this.#route("");
+      if (routed === null) return;
+      this.#target = routed.handler;
+    }
+    this.#target.invalid?.(text);
+  }
+
+  closed(): void {
+    this.#target?.closed();
+    this.#onClosed();
+  }
+}
+
+/** Accepts connections on a listener until closed. */
+export class Acceptor {
+  #listener: Deno.Listener;
+  #routes: AcceptRoutes;
+  #options: AcceptorOptions;
+  #clients = new Set<LineSocket>();
+  #peers = new Set<LineSocket>();
+  #closed = false;
+  #loop: Promise<void>;
+
+  /** Starts accepting on `listener`. */
+  constructor(listener: Deno.Listener, routes: AcceptRoutes, options: AcceptorOptions) {
+    this.#listener = listener;
+    this.#routes = routes;
+    this.#options = options;
+    this.#loop = this.#acceptLoop();
+  }
+
+  /** The client connections open now. */
+  get clients(): ReadonlySet<LineSocket> {
+    return this.#clients;
+  }
+
+  /** Stops accepting (the listener closes); open connections stay. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    try {
+      this.#listener.close();
+    } catch {
+      // Already closed.
+    }
+    await this.#loop;
+  }
+
+  /** Closes the inbound peer connections (after the cluster stopped). */
+  async closePeers(): Promise<void> {
+    const peers = [...this.#peers];
+    for (const socket of peers) socket.close();
+    await Promise.all(peers.map((s) => s.done));
+  }
+
+  async #acceptLoop(): Promise<void> {
+    for (;;) {
+      let conn: Deno.Conn;
+      try {
+        conn = await this.#listener.accept();
+      } catch (error) {
+        if (this.#closed) return;
+        // Out of file descriptors and the like: log, breathe, keep serving.
+        this.#options.log.error(`accept failed: ${error instanceof Error ? error.message : error}`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+        continue;
+      }
+      if (this.#closed) {
+        conn.close();
+        continue;
+      }
+      if (this.#clients.size >= this.#options.maxConnections) {
+        refuse(conn);
+        continue;
+      }
+      this.#serve(conn);
+    }
+  }
+
+  #serve(conn: Deno.Conn): void {
+    try {
+      (conn as Deno.TcpConn).setNoDelay(true);
+    } catch {
+      // Not a TCP socket: nothing to tune.
+    }
+    const addr = conn.remoteAddr as Deno.NetAddr;
+    const remote = `${addr.hostname}:${addr.port}`;
+    const router: FirstLine = new FirstLine((line): Route => {
+      if (line.startsWith("PEER ") && this.#routes.peer !== undefined) {
+        this.#clients.delete(socket);
+        const handler = this.#routes.peer(line, socket);
+        if (handler === null) {
+          socket.close();
+          return null;
+        }
+        this.#peers.add(socket);
+        return { handler, consumed: true };
+      }
+      return { handler: this.#routes.client(socket), consumed: false };
+    }, () => {
+      this.#clients.delete(socket);
+      this.#peers.delete(socket);
+    });
+    const socket: LineSocket = new LineSocket(conn, remote, router, {
+      batch: this.#options.batch,
+      log: this.#options.log,
+    });
+    this.#clients.add(socket);
+  }
+}
+
+const TOO_MANY = new TextEncoder().encode(errorReply("-", "-", TOO_MANY_CONNECTIONS) + "\n");
+
+async function refuse(conn: Deno.Conn): Promise<void> {
+  try {
+    await conn.write(TOO_MANY);
+  } catch {
+    // The client is gone already.
+  } finally {
+    conn.close();
+  }
+}

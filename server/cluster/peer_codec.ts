@@ -1,0 +1,313 @@
+/**
+ * The peer protocol's codec (docs/cluster.md, "Peer protocol"): every message between
+ * cluster nodes as a typed value, encoded to and decoded from its line. Pure, and the only
+ * place peer lines are built or parsed. Decoding validates every field: a malformed line
+ * yields a {@linkcode PeerDecodeError}, never an exception.
+ *
+ * @module
+ */
+
+import { keyError, MAX_TOKEN } from "../../client/codec.ts";
+import type { Role } from "./election.ts";
+
+/** Version of the peer protocol sent in the handshake. */
+export const PEER_PROTOCOL_VERSION = 1;
+
+/** `PEER 1 <address>`: the first line of a connection a node dials to a peer. */
+export interface PeerHello {
+  /** Message type. */
+  type: "PEER";
+  /** The sender's `--peers` address. */
+  address: string;
+}
+
+/** `HB ...`: a heartbeat, sent by every node to every peer at each interval. */
+export interface Heartbeat {
+  /** Message type. */
+  type: "HB";
+  /** The sender's role. */
+  role: Role;
+  /** The active it follows, named only while that one is live and active where it stands. */
+  active: string | undefined;
+  /** Whether it is in sync (streaming from the active). */
+  synced: boolean;
+  /** Its token mark: an active's reserved block, anyone else's highest known token or mark. */
+  mark: bigint;
+  /** The activation it is in sync with, or its own while active. */
+  activation: string | undefined;
+  /** Whether it holds a complete replica of some activation's state. */
+  replica: boolean;
+  /** That activation's first-token floor. */
+  floor: bigint;
+}
+
+/** `SNAP <activation> <last token> <floor>`: a snapshot begins (the standby clears its table). */
+export interface SnapshotBegin {
+  /** Message type. */
+  type: "SNAP";
+  /** The sender's activation. */
+  activation: string;
+  /** The last token it issued. */
+  lastToken: bigint;
+  /** Its activation's first-token floor. */
+  floor: bigint;
+}
+
+/** `H <key> <token> <remaining ms>`: `key` is held by `token` for that long. */
+export interface HeldMessage {
+  /** Message type. */
+  type: "H";
+  /** The key. */
+  key: string;
+  /** Its grant's token. */
+  token: bigint;
+  /** Lease left, in whole milliseconds (at least 1). */
+  remainingMs: number;
+}
+
+/** `F <key> <token>`: `key` is free (released or expired with nobody waiting). */
+export interface FreedMessage {
+  /** Message type. */
+  type: "F";
+  /** The key. */
+  key: string;
+  /** The token of the grant that ended. */
+  token: bigint;
+}
+
+/** `W <mark>`: the active reserved tokens up to `mark`. */
+export interface MarkMessage {
+  /** Message type. */
+  type: "W";
+  /** Never issue a token at or below this. */
+  mark: bigint;
+}
+
+/** `HANDOFF ...`: take over the active role (ended by `HANDOFFEND`). */
+export interface HandoffBegin {
+  /** Message type. */
+  type: "HANDOFF";
+  /** The sender's activation. */
+  activation: string;
+  /** The last token it issued. */
+  lastToken: bigint;
+  /** Its reserved mark. */
+  mark: bigint;
+  /** `full`: every holder follows as `H` lines; `sync`: rely on the receiver's replica. */
+  mode: "sync" | "full";
+  /** The activation the sender replicated before it became active, if any. */
+  predecessor: string | undefined;
+  /** The highest token the sender saw from that predecessor. */
+  predecessorToken: bigint;
+}
+
+/** `TAKEN <activation>`: the successor is active now. */
+export interface Taken {
+  /** Message type. */
+  type: "TAKEN";
+  /** The successor's new activation. */
+  activation: string;
+}
+
+/** Every peer message. */
+export type PeerMessage =
+  | PeerHello
+  | Heartbeat
+  | { type: "SYNC" }
+  | SnapshotBegin
+  | HeldMessage
+  | FreedMessage
+  | MarkMessage
+  | { type: "SNAPEND" }
+  | HandoffBegin
+  | { type: "HANDOFFEND" }
+  | Taken;
+
+/** A peer line that is not a valid message. */
+export interface PeerDecodeError {
+  /** Marks an error. */
+  type: "error";
+  /** What is wrong. */
+  message: string;
+}
+
+const ROLES: readonly Role[] = ["starting", "standby", "active", "handing-off", "leaving"];
+const DECIMAL = /^(?:0|[1-9][0-9]{0,19})$/;
+const ACTIVATION = /^[0-9A-Za-z_-]{1,64}$/;
+const ADDRESS = /^\S{1,300}$/;
+const FIELDS: Record<string, number> = {
+  PEER: 3,
+  HB: 8,
+  SYNC: 1,
+  SNAP: 4,
+  H: 4,
+  F: 3,
+  W: 2,
+  SNAPEND: 1,
+  HANDOFF: 7,
+  HANDOFFEND: 1,
+  TAKEN: 2,
+};
+
+/** `H <key> <token> <remaining ms>`: the replication hot path's builder. */
+export function heldLine(key: string, token: bigint, remainingMs: number): string {
+  return `H ${key} ${token} ${remainingMs}`;
+}
+
+/** `F <key> <token>`: the replication hot path's builder. */
+export function freedLine(key: string, token: bigint): string {
+  return `F ${key} ${token}`;
+}
+
+/** The line of `message` (without line ending). */
+export function encodePeer(message: PeerMessage): string {
+  switch (message.type) {
+    case "PEER":
+      return `PEER ${PEER_PROTOCOL_VERSION} ${message.address}`;
+    case "HB":
+      return `HB ${message.role} ${message.active ?? "-"} ${
+        message.synced ? 1 : 0
+      } ${message.mark} ${message.activation ?? "-"} ${message.replica ? 1 : 0} ${message.floor}`;
+    case "SNAP":
+      return `SNAP ${message.activation} ${message.lastToken} ${message.floor}`;
+    case "H":
+      return heldLine(message.key, message.token, message.remainingMs);
+    case "F":
+      return freedLine(message.key, message.token);
+    case "W":
+      return `W ${message.mark}`;
+    case "HANDOFF":
+      return `HANDOFF ${message.activation} ${message.lastToken} ${message.mark} ${message.mode} ${
+        message.predecessor ?? "-"
+      } ${message.predecessorToken}`;
+    case "TAKEN":
+      return `TAKEN ${message.activation}`;
+    default:
+      return message.type;
+  }
+}
+
+/** Thrown inside {@linkcode decodePeer} only, turned into a {@linkcode PeerDecodeError}. */
+class Malformed extends Error {}
+
+function decimal(text: string, what: string): bigint {
+  if (!DECIMAL.test(text)) throw new Malformed(`${what} must be a decimal number`);
+  const value = BigInt(text);
+  if (value > MAX_TOKEN) throw new Malformed(`${what} is above 2^64-1`);
+  return value;
+}
+
+function token(text: string, what: string): bigint {
+  const value = decimal(text, what);
+  if (value === 0n) throw new Malformed(`${what} must be at least 1`);
+  return value;
+}
+
+function flag(text: string, what: string): boolean {
+  if (text !== "0" && text !== "1") throw new Malformed(`${what} must be 0 or 1`);
+  return text === "1";
+}
+
+function activation(text: string): string {
+  if (!ACTIVATION.test(text)) throw new Malformed("bad activation id");
+  return text;
+}
+
+function optional<T>(text: string, parse: (text: string) => T): T | undefined {
+  return text === "-" ? undefined : parse(text);
+}
+
+function address(text: string): string {
+  if (!ADDRESS.test(text)) throw new Malformed("bad address");
+  return text;
+}
+
+function key(text: string): string {
+  const problem = keyError(text);
+  if (problem !== undefined) throw new Malformed(problem);
+  return text;
+}
+
+function milliseconds(text: string): number {
+  if (!/^[1-9][0-9]{0,15}$/.test(text)) {
+    throw new Malformed("remaining ms must be a positive integer");
+  }
+  return Number(text);
+}
+
+/**
+ * Parses one peer line. Never throws: a line that is not a valid message of the peer
+ * protocol (unknown type, wrong field count, a bad field) yields a
+ * {@linkcode PeerDecodeError} saying what is wrong.
+ */
+export function decodePeer(line: string): PeerMessage | PeerDecodeError {
+  const f = line.split(" ");
+  const type = f[0];
+  const count = FIELDS[type];
+  if (count === undefined) {
+    return { type: "error", message: `unknown peer message ${JSON.stringify(type.slice(0, 20))}` };
+  }
+  if (f.length !== count) {
+    return { type: "error", message: `${type} takes ${count - 1} fields, got ${f.length - 1}` };
+  }
+  try {
+    switch (type) {
+      case "PEER":
+        if (f[1] !== String(PEER_PROTOCOL_VERSION)) {
+          throw new Malformed(`unsupported peer protocol ${JSON.stringify(f[1])}`);
+        }
+        return { type, address: address(f[2]) };
+      case "HB": {
+        const role = f[1] as Role;
+        if (!ROLES.includes(role)) throw new Malformed("unknown role");
+        return {
+          type,
+          role,
+          active: optional(f[2], address),
+          synced: flag(f[3], "synced"),
+          mark: decimal(f[4], "mark"),
+          activation: optional(f[5], activation),
+          replica: flag(f[6], "replica"),
+          floor: decimal(f[7], "floor"),
+        };
+      }
+      case "SNAP":
+        return {
+          type,
+          activation: activation(f[1]),
+          lastToken: decimal(f[2], "last token"),
+          floor: decimal(f[3], "floor"),
+        };
+      case "H":
+        return {
+          type,
+          key: key(f[1]),
+          token: token(f[2], "token"),
+          remainingMs: milliseconds(f[3]),
+        };
+      case "F":
+        return { type, key: key(f[1]), token: token(f[2], "token") };
+      case "W":
+        return { type, mark: decimal(f[1], "mark") };
+      case "HANDOFF": {
+        if (f[4] !== "sync" && f[4] !== "full") throw new Malformed("mode must be sync or full");
+        return {
+          type,
+          activation: activation(f[1]),
+          lastToken: decimal(f[2], "last token"),
+          mark: decimal(f[3], "mark"),
+          mode: f[4],
+          predecessor: optional(f[5], activation),
+          predecessorToken: decimal(f[6], "predecessor token"),
+        };
+      }
+      case "TAKEN":
+        return { type, activation: activation(f[1]) };
+      default:
+        return { type } as PeerMessage;
+    }
+  } catch (error) {
+    if (!(error instanceof Malformed)) throw error;
+    return { type: "error", message: `${type}: ${error.message}` };
+  }
+}

@@ -1,0 +1,116 @@
+/**
+ * What the cluster's role machine needs from the world, as interfaces: the lock server it
+ * drives, the token mark, the peer network and timers. The server wires real ones
+ * (`server.ts`, `network.ts`); unit tests wire fakes with a fake clock.
+ *
+ * @module
+ */
+
+import type { Refusal } from "../../client/codec.ts";
+import type { Holder } from "../engine/lock_table.ts";
+import type { Logger } from "../log.ts";
+import type { Role } from "./election.ts";
+import type { PeerMessage } from "./peer_codec.ts";
+
+/** The part of the lock table a cluster node replicates and merges. */
+export interface ReplicatedTable {
+  /** Queued acquires (a failback with waiters waits for clients to reconnect). */
+  readonly waiting: number;
+  /** Every current grant. */
+  holders(): Iterable<Holder>;
+  /** Installs a grant from elsewhere unless the key has a higher token. */
+  restore(key: string, token: bigint, deadline: number): boolean;
+  /** Drops the grant of `key` if it carries `token` (a replicated release). */
+  forget(key: string, token: bigint): boolean;
+  /** Releases a grant, passing it to the next waiter. */
+  release(key: string, token: bigint): boolean;
+  /** Drops every grant and waiter (a standby before a snapshot). */
+  clear(): void;
+}
+
+/** The fencing-token mark of this node (`TokenStore`). */
+export interface TokenMark {
+  /** The last token issued or known. */
+  readonly last: bigint;
+  /** The mark reserved on disk. */
+  readonly reserved: bigint;
+  /** Tokens per reserved block. */
+  readonly block: bigint;
+  /** Makes every later token greater than `floor`, persisting it. */
+  raiseTo(floor: bigint): void;
+}
+
+/** What the cluster node needs from the lock server it runs in. */
+export interface ServerPort {
+  /** The lock table (replicated to standbys, fed by the active). */
+  table: ReplicatedTable;
+  /** The token high-water mark. */
+  tokens: TokenMark;
+  /** Monotonic clock, ms. */
+  clock(): number;
+  /** Answers every queued acquire with `refusal` (e.g. `M host:port`), removing it. */
+  answerQueued(refusal: Refusal): void;
+  /** Re-handles requests parked while the role was unsettled. */
+  unpark(): void;
+  /** Lease timers may run again: settle what is due and re-arm. */
+  resumeTimers(): void;
+  /** Called on every role change, with a readable description. */
+  roleChanged(role: Role, description: string): void;
+  /** Where events are reported. */
+  log: Logger;
+}
+
+/** The links to the other nodes: one outbound connection per peer, redialled while down. */
+export interface PeerNetwork {
+  /** Sends `message` to `to` (dropped if its link is down: heartbeats repeat, streams resync). */
+  send(to: string, message: PeerMessage): void;
+  /** Sends `message` to each of `to`, encoding it once. */
+  broadcast(to: Iterable<string>, message: PeerMessage): void;
+  /** Whether the link to `address` is up. */
+  up(address: string): boolean;
+}
+
+/** Cluster settings. */
+export interface ClusterOptions {
+  /** This node's address, as it appears in `peers`. */
+  self: string;
+  /** Every node's address, in priority order (this one included). */
+  peers: readonly string[];
+  /** Heartbeat interval, in ms. */
+  heartbeatMs: number;
+  /** Silence after which a peer counts as dead, in ms. */
+  failoverTimeoutMs: number;
+}
+
+/** What the node is given to act on the world. */
+export interface ClusterIo {
+  /** The links to the peers. */
+  network: PeerNetwork;
+  /** Timers. */
+  scheduler: Scheduler;
+  /** A new activation id (random). */
+  newActivation?: () => string;
+}
+
+/** A function that cancels a scheduled callback. */
+export type Cancel = () => void;
+
+/** Timers, injected so tests run the role machine on a fake clock. */
+export interface Scheduler {
+  /** Calls `fn` every `ms` milliseconds until cancelled. */
+  every(ms: number, fn: () => void): Cancel;
+  /** Calls `fn` once after `ms` milliseconds unless cancelled. */
+  after(ms: number, fn: () => void): Cancel;
+}
+
+/** The real timers. */
+export const realScheduler: Scheduler = {
+  every(ms, fn) {
+    const id = setInterval(fn, ms);
+    return () => clearInterval(id);
+  },
+  after(ms, fn) {
+    const id = setTimeout(fn, ms);
+    return () => clearTimeout(id);
+  },
+};

@@ -1,0 +1,118 @@
+/**
+ * A standby's copy of the active's state (docs/cluster.md, "Peer protocol"): it applies
+ * the snapshot and the stream of the active it follows to the lock table and the token
+ * mark, and knows whether it is in sync and whose state it holds, which the election weighs.
+ *
+ * @module
+ */
+
+import type { PeerNetwork, ReplicatedTable, TokenMark } from "./ports.ts";
+
+/** What a {@linkcode Replica} writes to. */
+export interface ReplicaContext {
+  /** The lock table. */
+  table: ReplicatedTable;
+  /** The token mark. */
+  tokens: TokenMark;
+  /** Monotonic clock, ms. */
+  clock(): number;
+  /** The snapshot of `activation` is complete: this node is in sync with it. */
+  synced(activation: string): void;
+  /** The links to the peers (to ask the active for a snapshot). */
+  network: PeerNetwork;
+  /** Least time between two requests for a snapshot, ms (the failover timeout). */
+  retryMs: number;
+}
+
+/** The replica state of one node, and the stream it applies. */
+export class Replica {
+  /** Whether it is in sync: its snapshot arrived and the stream is intact. */
+  synced = false;
+  /**
+   * Whether it holds a complete replica of some activation's state, even if the stream has
+   * since stopped (the active died): such a node beats one with empty state.
+   */
+  complete = false;
+  /**
+   * The first-token floor of the activation its state belongs to (its own when active): a
+   * later activation has a higher floor, so a fresher replica wins an election.
+   */
+  floor = 0n;
+  /** The activation it replicated and the highest token it saw from it. */
+  seen: { activation: string | undefined; token: bigint } = { activation: undefined, token: 0n };
+  #ctx: ReplicaContext;
+  #requestedAt = -Infinity;
+
+  /** @param ctx The table and tokens to write, the clock, and who to tell when in sync. */
+  constructor(ctx: ReplicaContext) {
+    this.#ctx = ctx;
+  }
+
+  /** `SNAP`: a snapshot begins; the table is cleared. */
+  begin(activation: string, lastToken: bigint, floor: bigint): void {
+    this.synced = false;
+    this.complete = false;
+    this.floor = floor;
+    this.seen = { activation, token: lastToken };
+    this.#ctx.table.clear();
+    this.#ctx.tokens.raiseTo(lastToken);
+  }
+
+  /** `H`: `key` is held by `token` for `remainingMs`. */
+  held(key: string, token: bigint, remainingMs: number): void {
+    this.#ctx.tokens.raiseTo(token);
+    if (token > this.seen.token) this.seen.token = token;
+    this.#ctx.table.restore(key, token, this.#ctx.clock() + remainingMs);
+  }
+
+  /** `F`: `key` is free. */
+  freed(key: string, token: bigint): void {
+    this.#ctx.table.forget(key, token);
+  }
+
+  /** `W`: the active reserved tokens up to `mark`; never issue at or below it. */
+  mark(mark: bigint): void {
+    this.#ctx.tokens.raiseTo(mark);
+  }
+
+  /** `SNAPEND`: the snapshot is complete; the stream continues. */
+  end(activation: string): void {
+    this.synced = true;
+    this.complete = true;
+    this.#ctx.synced(activation);
+  }
+
+  /** The stream broke: no longer in sync, but the replica is kept (the best state there is). */
+  interrupted(): void {
+    this.synced = false;
+  }
+
+  /**
+   * Asks `active` for a snapshot and the stream (`SYNC`) unless in sync, its link is down,
+   * or a request went out less than `retryMs` ago.
+   */
+  request(active: string, now: number): void {
+    if (this.synced || !this.#ctx.network.up(active)) return;
+    if (now - this.#requestedAt < this.#ctx.retryMs) return;
+    this.#requestedAt = now;
+    this.#ctx.network.send(active, { type: "SYNC" });
+  }
+
+  /** The next {@linkcode request} goes out at once (a new active, a new link, a broken stream). */
+  askAgain(): void {
+    this.#requestedAt = -Infinity;
+  }
+
+  /** This node became active: its state is the reference, from `floor` on. */
+  own(floor: bigint): void {
+    this.synced = true;
+    this.complete = true;
+    this.floor = floor;
+  }
+
+  /** This node handed its state over or starts following another: it holds nothing current. */
+  drop(): void {
+    this.synced = false;
+    this.complete = false;
+  }
+}

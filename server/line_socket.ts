@@ -1,0 +1,220 @@
+/**
+ * Socket I/O for one TCP connection of the server, a client's or a peer's: reads in chunks
+ * and hands each line to its handler ({@linkcode LineReader}), and writes the lines queued
+ * in one batch with a single write ({@linkcode LineWriter}).
+ *
+ * Limits (docs/protocol.md, "Limits and overload"): a line over 4096 bytes is answered
+ * `- - E line too long` and the connection is closed; queued output is bounded: past a
+ * high-water mark the socket stops reading (back-pressure), past a hard cap it is dropped,
+ * so a client that never reads cannot grow the server's memory.
+ *
+ * @module
+ */
+
+import { errorReply, LINE_TOO_LONG, MAX_LINE_BYTES } from "../client/codec.ts";
+import { LineReader, type LineSink } from "../client/line_reader.ts";
+import { LineWriter } from "../client/line_writer.ts";
+import type { Batch } from "./batch.ts";
+import type { Logger } from "./log.ts";
+
+/** What a connection does with its input. */
+export interface LineHandler {
+  /** One line, without its line ending (`\n` or `\r\n`), never empty. */
+  line(text: string): void;
+  /** The connection is closed (by either side); called exactly once. */
+  closed(): void;
+  /**
+   * A line that is not valid UTF-8, decoded with replacement characters (U+FFFD) so its
+   * fields can be echoed. Without this hook such lines are ignored.
+   */
+  invalid?(text: string): void;
+}
+
+/** Options of {@linkcode LineSocket}. */
+export interface LineSocketOptions {
+  /** The server's batch: queued lines are written when it ends. */
+  batch: Batch;
+  /** Where drops are reported. */
+  log: Logger;
+  /** Stop reading while this many UTF-16 units wait to be written. Default 256 Ki. */
+  pauseAt?: number;
+  /** Drop the connection when this many UTF-16 units wait to be written. Default 4 Mi. */
+  dropAt?: number;
+  /** Longest input line in bytes. Default 4096. */
+  maxLineBytes?: number;
+}
+
+/** The part of a Deno connection a {@linkcode LineSocket} uses (tests pass fakes). */
+export interface ByteStream {
+  /** Reads into `buffer`; `null` at the end. */
+  read(buffer: Uint8Array): Promise<number | null>;
+  /** Writes some of `data`; resolves with how much. */
+  write(data: Uint8Array): Promise<number>;
+  /** Closes both directions. */
+  close(): void;
+}
+
+const CLOSE_GRACE_MS = 2000;
+
+/** A line-oriented connection with batched, bounded output. */
+export class LineSocket {
+  /** The peer's address, as `host:port` (for logs). */
+  readonly remote: string;
+  #conn: ByteStream;
+  #handler: LineHandler;
+  #options: LineSocketOptions;
+  #writer: LineWriter;
+  /** UTF-16 units of replies held by the session before they can be queued here. */
+  #heldElsewhere = 0;
+  #dirty = false;
+  #closed = false;
+  #closing = false;
+  #resume: (() => void) | null = null;
+  #pauseAt: number;
+  #dropAt: number;
+  #done: Promise<void>;
+  #graceTimer: ReturnType<typeof setTimeout> | undefined;
+  #markClosed!: () => void;
+  #whenClosed = new Promise<void>((resolve) => this.#markClosed = resolve);
+
+  /**
+   * Starts reading `conn` at once.
+   *
+   * @param conn An accepted or dialled connection.
+   * @param remote Its peer's address, for logs.
+   * @param handler Receives lines and the close.
+   * @param options The batch, the log and the limits.
+   */
+  constructor(
+    conn: ByteStream,
+    remote: string,
+    handler: LineHandler,
+    options: LineSocketOptions,
+  ) {
+    this.#conn = conn;
+    this.remote = remote;
+    this.#handler = handler;
+    this.#options = options;
+    this.#pauseAt = options.pauseAt ?? 256 * 1024;
+    this.#dropAt = options.dropAt ?? 4 * 1024 * 1024;
+    this.#writer = new LineWriter((data) => conn.write(data), {
+      written: () => this.#written(),
+      failed: () => this.close(),
+    });
+    this.#done = this.#readLoop();
+  }
+
+  /** Resolves when the connection is closed and its handler was told. */
+  get done(): Promise<void> {
+    return this.#done;
+  }
+
+  /** Whether the connection is closed or closing. */
+  get closed(): boolean {
+    return this.#closed || this.#closing;
+  }
+
+  /** Queues one line (without `\n`) to be written at the end of this batch. */
+  send(line: string): void {
+    if (this.#closed) return;
+    this.#writer.push(line);
+    if (this.#writer.held + this.#heldElsewhere > this.#dropAt) {
+      this.#options.log.warn(`dropping ${this.remote}: it does not read its replies`);
+      this.close();
+      return;
+    }
+    if (!this.#dirty) {
+      this.#dirty = true;
+      this.#options.batch.add(this);
+    }
+  }
+
+  /**
+   * Counts `units` (UTF-16 units; negative to give back) of replies the session holds in
+   * memory for this connection, so pausing and dropping cover them as well.
+   */
+  hold(units: number): void {
+    this.#heldElsewhere += units;
+    if (units > 0 && this.#writer.held + this.#heldElsewhere > this.#dropAt) {
+      this.#options.log.warn(`dropping ${this.remote}: too many replies held for it`);
+      this.close();
+    }
+  }
+
+  /** Writes whatever is queued (called at the end of a batch). */
+  flush(): void {
+    this.#dirty = false;
+    if (!this.#closed) this.#writer.flush();
+  }
+
+  /** Stops reading, writes what is queued, then closes (e.g. after `line too long`). */
+  closeAfterFlush(): void {
+    if (this.#closed || this.#closing) return;
+    this.#closing = true;
+    this.#resume?.();
+    if (this.#writer.idle) this.close();
+    else this.#graceTimer = setTimeout(() => this.close(), CLOSE_GRACE_MS);
+  }
+
+  /** Closes at once; queued output is dropped. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#writer.discard();
+    clearTimeout(this.#graceTimer);
+    this.#resume?.();
+    this.#markClosed();
+    try {
+      this.#conn.close();
+    } catch {
+      // Already closed by the runtime.
+    }
+  }
+
+  #written(): void {
+    if (this.#closed) return;
+    if (this.#closing && this.#writer.idle) this.close();
+    else if (this.#writer.held + this.#heldElsewhere < this.#pauseAt) this.#resume?.();
+  }
+
+  async #readLoop(): Promise<void> {
+    const sink: LineSink = {
+      line: (text) => this.#handler.line(text),
+      invalid: this.#handler.invalid && ((text) => this.#handler.invalid!(text)),
+      tooLong: () => {
+        this.send(errorReply("-", "-", LINE_TOO_LONG));
+        this.closeAfterFlush();
+      },
+      accepting: () => !this.#closing && !this.#closed,
+    };
+    const reader = new LineReader(sink, {
+      maxLineBytes: this.#options.maxLineBytes ?? MAX_LINE_BYTES,
+    });
+    let reset = false;
+    try {
+      while (!this.#closed && !this.#closing) {
+        if (this.#writer.held + this.#heldElsewhere >= this.#pauseAt) {
+          await new Promise<void>((resolve) => this.#resume = resolve);
+          this.#resume = null;
+          continue;
+        }
+        const n = await this.#conn.read(reader.space());
+        if (n === null) break;
+        this.#options.batch.soon();
+        reader.commit(n);
+        // This read's replies go out now, in one write: waiting for the end of the turn
+        // would hold them behind every other connection's requests read in the same turn.
+        this.flush();
+      }
+    } catch {
+      // Reset by the peer, or closed by us while a read was pending.
+      reset = true;
+    }
+    // Input is over: replies already queued still go out (unless the socket is gone), but
+    // the handler drops this connection's waiters now, so nothing is granted to it later.
+    if (reset) this.close();
+    else this.closeAfterFlush();
+    this.#handler.closed();
+    await this.#whenClosed;
+  }
+}
