@@ -28,12 +28,8 @@
  * @module
  */
 
-export {
-  type AcquireOptions,
-  LockClient,
-  type LockClientOptions,
-  type TryAcquireOptions,
-} from "./client/client.ts";
+export { type AcquireOptions, LockClient, type TryAcquireOptions } from "./client/client.ts";
+export type { LockClientOptions } from "./client/options.ts";
 export type { Lock } from "./client/lock.ts";
 export {
   LockAbortedError,
@@ -43,4 +39,6 @@ export {
   LockTimeoutError,
   LockUnavailableError,
 } from "./client/errors.ts";
-export type { Address, Connect, Transport, TransportHandlers } from "./client/transport.ts";
+export { type Address, DEFAULT_PORT, parseAddress } from "./client/address.ts";
+export { connectTransport } from "./client/dial.ts";
+export type { Connect, Transport, TransportHandlers } from "./client/transport.ts";

@@ -15,7 +15,7 @@ export interface LockOwner {
   /** Sends `R` with the retry policy of SPEC §3. */
   release(key: string, token: bigint): Promise<void>;
   /** Forgets a lock that is released or lost. */
-  forget(lock: HeldLock): void;
+  forget(lock: LockHandle): void;
 }
 
 /** Options of a lock's life, from the acquire. Internal. */
@@ -122,7 +122,7 @@ export interface Lock extends AsyncDisposable {
 }
 
 /** The client's implementation of {@linkcode Lock}. Internal. */
-export class HeldLock implements Lock {
+export class LockHandle implements Lock {
   /** The key. */
   readonly key: string;
   /** This grant's fencing token: greater than every token issued before it. */

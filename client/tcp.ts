@@ -1,14 +1,17 @@
 /**
  * The TCP transport (`host:port`, `tcp://host:port`) on `Deno.connect`. The only client
  * file that uses `Deno.*`; it is loaded on first use of a TCP address, so browsers never
- * evaluate it.
+ * evaluate it. Lines sent in one turn of the event loop go out in one write
+ * ({@linkcode LineWriter}); received bytes are split into lines ({@linkcode LineReader}).
  *
  * @module
  */
 
-import type { Address, Transport, TransportHandlers } from "./transport.ts";
-
-const encoder = new TextEncoder();
+import type { Address } from "./address.ts";
+import { MAX_LINE_BYTES } from "./codec.ts";
+import { LineReader } from "./line_reader.ts";
+import { LineWriter } from "./line_writer.ts";
+import type { Transport, TransportHandlers } from "./transport.ts";
 
 /** The part of a Deno TCP connection this transport uses (typed here, so the client's type
  * graph needs no Deno types and checks with DOM-only libraries). */
@@ -23,28 +26,24 @@ interface DenoNet {
   connect(options: { hostname: string; port: number; signal?: AbortSignal }): Promise<TcpConn>;
 }
 
-function denoNet(): DenoNet {
-  const runtime = (globalThis as { Deno?: DenoNet }).Deno;
-  if (runtime === undefined) {
-    throw new Error(
-      "TCP addresses need Deno; in a browser or other runtime use the WebSocket bridge (ws:// or wss://)",
-    );
-  }
-  return runtime;
-}
+/**
+ * The longest reply line: a reply echoes the request's op and key, which fit in a request
+ * line, and adds a status and a short value or message.
+ */
+const MAX_REPLY_BYTES = 2 * MAX_LINE_BYTES;
 
 /**
- * Connects to a lockd node over TCP. Lines sent in one turn of the event loop go out in one
- * write; received bytes are split into lines.
+ * Connects to a lockd node over TCP.
  *
- * @throws {Error} Outside Deno; and the errors of `Deno.connect` (e.g. connection refused).
+ * @throws {Error} The errors of `Deno.connect` (e.g. connection refused).
  */
 export async function connectTcp(
   address: Address,
   handlers: TransportHandlers,
   signal: AbortSignal,
 ): Promise<Transport> {
-  const conn = await denoNet().connect({ hostname: address.hostname, port: address.port, signal });
+  const deno = (globalThis as unknown as { Deno: DenoNet }).Deno;
+  const conn = await deno.connect({ hostname: address.hostname, port: address.port, signal });
   if (signal.aborted) {
     conn.close();
     throw signal.reason;
@@ -60,26 +59,34 @@ export async function connectTcp(
 class TcpTransport implements Transport {
   #conn: TcpConn;
   #handlers: TransportHandlers;
-  #out: string[] = [];
-  #writing = false;
+  #writer: LineWriter;
+  #flushQueued = false;
   #closed = false;
+  #flush = () => {
+    this.#flushQueued = false;
+    this.#writer.flush();
+  };
 
   constructor(conn: TcpConn, handlers: TransportHandlers) {
     this.#conn = conn;
     this.#handlers = handlers;
+    this.#writer = new LineWriter((data) => conn.write(data), { failed: () => this.close() });
     this.#read();
   }
 
   send(line: string): void {
     if (this.#closed) return;
-    this.#out.push(line);
-    if (this.#out.length === 1 && !this.#writing) queueMicrotask(() => this.#flush());
+    this.#writer.push(line);
+    if (!this.#flushQueued) {
+      this.#flushQueued = true;
+      queueMicrotask(this.#flush);
+    }
   }
 
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
-    this.#out = [];
+    this.#writer.discard();
     try {
       this.#conn.close();
     } catch {
@@ -87,44 +94,24 @@ class TcpTransport implements Transport {
     }
   }
 
-  async #flush(): Promise<void> {
-    if (this.#writing || this.#closed || this.#out.length === 0) return;
-    this.#writing = true;
-    try {
-      while (this.#out.length > 0 && !this.#closed) {
-        const data = encoder.encode(this.#out.join("\n") + "\n");
-        this.#out = [];
-        let offset = 0;
-        while (offset < data.length) offset += await this.#conn.write(data.subarray(offset));
-      }
-    } catch {
-      this.close();
-    } finally {
-      this.#writing = false;
-    }
-  }
-
   async #read(): Promise<void> {
-    const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
-    const buf = new Uint8Array(16 * 1024);
-    let pending = "";
+    const handlers = this.#handlers;
+    const reader = new LineReader({
+      line: (text) => handlers.line(text),
+      // A reply that is not UTF-8 cannot be matched: pass it on to be found malformed.
+      invalid: (text) => handlers.line(text),
+      tooLong: () => this.close(),
+      accepting: () => !this.#closed,
+    }, { maxLineBytes: MAX_REPLY_BYTES });
     try {
       for (;;) {
-        const n = await this.#conn.read(buf);
-        if (n === null) break;
-        pending += decoder.decode(buf.subarray(0, n), { stream: true });
-        let start = 0;
-        for (let nl = pending.indexOf("\n"); nl >= 0; nl = pending.indexOf("\n", start)) {
-          const end = nl > start && pending.charCodeAt(nl - 1) === 13 ? nl - 1 : nl;
-          if (end > start) this.#handlers.line(pending.slice(start, end));
-          start = nl + 1;
-        }
-        pending = pending.slice(start);
+        const n = await this.#conn.read(reader.space());
+        if (n === null || !reader.commit(n)) break;
       }
     } catch {
       // Reset, or closed by us.
     }
     this.close();
-    this.#handlers.closed();
+    handlers.closed();
   }
 }

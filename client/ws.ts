@@ -1,11 +1,12 @@
 /**
  * The WebSocket transport (`ws://`, `wss://`) on the standard `WebSocket`, for browsers and
- * edge runtimes talking to a lockd bridge: one SPEC §2 line per text frame.
+ * edge runtimes talking to a lockd bridge: one protocol line per text frame (docs/protocol.md).
  *
  * @module
  */
 
-import type { Address, Transport, TransportHandlers } from "./transport.ts";
+import type { Address } from "./address.ts";
+import type { Transport, TransportHandlers } from "./transport.ts";
 
 /**
  * Opens a WebSocket to a lockd bridge and resolves once it is open.

@@ -20,7 +20,7 @@ import {
   LockTimeoutError,
   LockUnavailableError,
 } from "../mod.ts";
-import { type Connect, connectTransport } from "../client/transport.ts";
+import { type Connect, connectTransport } from "../mod.ts";
 import { delay, FakeServer, lockServer, type Received, waitUntil } from "./_fake_server.ts";
 
 /** Fast background reconnection, so tests wait milliseconds rather than 3 s. */

@@ -63,333 +63,42 @@ var init_ws = __esm({
   }
 });
 
-// client/codec.ts
-var MAX_TOKEN = 18446744073709551615n;
-var MAX_KEY_BYTES = 250;
-var TOKEN = /^[1-9][0-9]{0,19}$/;
-var BAD_KEY_CHAR = /[\s\p{Cc}]/u;
-function utf8Length(text) {
-  let bytes = text.length;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c < 128) continue;
-    if (c < 2048) bytes += 1;
-    else if (c < 55296 || c > 57343) bytes += 2;
-    else {
-      bytes += 2;
-      const d = text.charCodeAt(i + 1);
-      if (c <= 56319 && d >= 56320 && d <= 57343) i++;
-    }
-  }
-  return bytes;
-}
-function keyError(key) {
-  if (key.length === 0) return "missing key";
-  if (key.length > MAX_KEY_BYTES || key.length * 3 > MAX_KEY_BYTES && utf8Length(key) > MAX_KEY_BYTES) {
-    return `key must be at most ${MAX_KEY_BYTES} bytes`;
-  }
-  if (BAD_KEY_CHAR.test(key)) return "key must not contain whitespace or control characters";
-  if (!key.isWellFormed()) return "key must be valid Unicode (no lone surrogates)";
-  return void 0;
-}
-function parseToken(text) {
-  if (!TOKEN.test(text)) return void 0;
-  const token = BigInt(text);
-  return token <= MAX_TOKEN ? token : void 0;
-}
-var TOKEN_RULE = `token must be a decimal integer from 1 to ${MAX_TOKEN} without leading zeros`;
-function formatSeconds(ms) {
-  if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`Cannot send ${ms} ms as seconds`);
-  const whole = Math.floor(ms / 1e3);
-  const rest = Math.ceil(ms - whole * 1e3);
-  if (rest === 0) return BigInt(whole).toString();
-  if (rest === 1e3) return (BigInt(whole) + 1n).toString();
-  return `${BigInt(whole)}.${String(rest).padStart(3, "0").replace(/0+$/, "")}`;
-}
-function parseReply(line) {
-  const first = line.indexOf(" ");
-  const second = first < 0 ? -1 : line.indexOf(" ", first + 1);
-  if (second < 0) return void 0;
-  const op = line.slice(0, first);
-  const key = line.slice(first + 1, second);
-  const third = line.indexOf(" ", second + 1);
-  const status = line.slice(second + 1, third < 0 ? line.length : third);
-  const value = third < 0 ? void 0 : line.slice(third + 1);
-  if (op === "" || key === "") return void 0;
-  const fits = status === "E" || status === "M" && op !== "-" || op === "A" && (status === "A" || status === "T") || op === "R" && (status === "R" || status === "N") || op === "X" && (status === "X" || status === "N");
-  if (!fits) return void 0;
-  switch (status) {
-    case "A": {
-      const token = value === void 0 ? void 0 : parseToken(value);
-      return token === void 0 ? void 0 : {
-        op,
-        key,
-        status,
-        token
-      };
-    }
-    case "T":
-    case "R":
-    case "X":
-    case "N":
-      return value === void 0 ? {
-        op,
-        key,
-        status
-      } : void 0;
-    case "M":
-      return value ? {
-        op,
-        key,
-        status,
-        text: value
-      } : void 0;
-    default:
-      return {
-        op,
-        key,
-        status: "E",
-        text: value ?? ""
-      };
-  }
-}
-
-// client/connection.ts
-var ConnectionLost = class extends Error {
-  /** @param address Where it was connected. @param detail Last error line from the server. */
-  constructor(address, detail) {
-    super(`Connection to ${address} was lost${detail ? ` (${detail})` : ""}`);
-    this.name = "ConnectionLost";
-  }
-};
-var Slot = class {
-  /** Where it connects. */
-  address;
-  #options;
-  #transport;
-  #connecting;
-  #pending = /* @__PURE__ */ new Map();
-  #reconnectTimer;
-  #lastError;
-  /** Outstanding requests (pings included). */
-  #outstanding = 0;
-  #lastReceived = 0;
-  /** Lines received so far, over all of this slot's connections. */
-  #received = 0;
-  #watchTimer;
-  /** @param address Where to connect. @param options Shared settings. */
-  constructor(address, options) {
-    this.address = address;
-    this.#options = options;
-    options.closed.addEventListener("abort", () => this.#shutdown(), {
-      once: true
-    });
-  }
-  /** Whether requests can be sent now. */
-  get up() {
-    return this.#transport !== void 0;
-  }
-  /** Why the last attempt failed or the connection was lost, if it did. */
-  get lastError() {
-    return this.#lastError;
-  }
-  /** How many lines arrived so far (compare two readings to see whether any arrived). */
-  get received() {
-    return this.#received;
-  }
-  /**
-   * Checks that the node still answers: sends a probe (`?`) and resolves `true` as soon as
-   * anything arrives. If nothing arrives within `graceMs`, the connection is dropped as
-   * frozen (its requests move to other connections) and it resolves `false`; also `false`
-   * if it is down or drops meanwhile.
-   */
-  probe(graceMs) {
-    const transport = this.#transport;
-    if (transport === void 0) return Promise.resolve(false);
-    const before = this.#received;
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => {
-        if (this.#received !== before) return resolve(true);
-        this.#dropFrozen(transport, `no reply to a probe for ${Math.round(graceMs)} ms`);
-        resolve(false);
-      }, graceMs);
-      this.request("?", "-", "?").then(() => resolve(true), () => resolve(false)).finally(() => clearTimeout(timer));
-    });
-  }
-  /** Whether a request with this (op, key) is outstanding here. */
-  outstanding(op, key) {
-    return this.#pending.has(`${op} ${key}`);
-  }
-  /**
-   * Connects now unless connected or connecting. Resolves `true` once usable, `false` if
-   * the attempt failed (a background retry is then scheduled).
-   */
-  connect() {
-    if (this.#transport !== void 0) return Promise.resolve(true);
-    if (this.#options.closed.aborted) return Promise.resolve(false);
-    this.#connecting ??= this.#open().finally(() => this.#connecting = void 0);
-    return this.#connecting;
-  }
-  /**
-   * Sends a request line and resolves with the reply whose (op, key) echo matches.
-   *
-   * @throws {ConnectionLost} If not connected, or if the connection drops before the reply.
-   */
-  request(op, key, line) {
-    const transport = this.#transport;
-    if (transport === void 0) return Promise.reject(new ConnectionLost(this.address.key));
-    return new Promise((settled, reject) => {
-      const id = `${op} ${key}`;
-      if (this.#outstanding === 0) this.#lastReceived = performance.now();
-      this.#outstanding++;
-      this.#watch();
-      const done = (reply) => {
-        this.#outstanding--;
-        settled(reply);
-      };
-      let resolve = done;
-      if (op !== "A") {
-        const sentAt = performance.now();
-        resolve = (reply) => {
-          this.#options.roundTrip(performance.now() - sentAt);
-          done(reply);
-        };
-      }
-      const queue = this.#pending.get(id);
-      if (queue === void 0) this.#pending.set(id, [
-        {
-          resolve,
-          reject
-        }
-      ]);
-      else queue.push({
-        resolve,
-        reject
-      });
-      transport.send(line);
-    });
-  }
-  async #open() {
-    clearTimeout(this.#reconnectTimer);
-    this.#reconnectTimer = void 0;
-    const attempt = new AbortController();
-    const timer = setTimeout(() => attempt.abort(new Error("connect timed out")), this.#options.connectTimeoutMs);
-    const onClose = () => attempt.abort(new Error("client closed"));
-    this.#options.closed.addEventListener("abort", onClose, {
-      once: true
-    });
-    let transport;
-    let dead = false;
+// client/address.ts
+var DEFAULT_PORT = 7321;
+function parseAddress(text) {
+  const trimmed = text.trim();
+  if (/^wss?:\/\//i.test(trimmed)) {
+    let url;
     try {
-      transport = await this.#options.connect(this.address, {
-        line: (text) => this.#reply(text),
-        closed: () => {
-          dead = true;
-          if (transport !== void 0) this.#lost(transport);
-        }
-      }, attempt.signal);
-      if (this.#options.closed.aborted || dead) {
-        transport.close();
-        if (dead) this.#scheduleReconnect();
-        return false;
-      }
-      this.#transport = transport;
-      this.#lastError = void 0;
-      this.#lastReceived = performance.now();
-      this.#ping();
-      return true;
-    } catch (error) {
-      this.#lastError = error instanceof Error ? error.message : String(error);
-      this.#scheduleReconnect();
-      return false;
-    } finally {
-      clearTimeout(timer);
-      this.#options.closed.removeEventListener("abort", onClose);
+      url = new URL(trimmed);
+    } catch {
+      throw new TypeError(`Invalid lockd address "${text}"`);
     }
+    const scheme = url.protocol === "wss:" ? "wss" : "ws";
+    const port2 = url.port ? Number(url.port) : scheme === "wss" ? 443 : 80;
+    return {
+      scheme,
+      hostname: url.hostname,
+      port: port2,
+      url: url.href,
+      key: url.href
+    };
   }
-  /**
-   * Measures the round trip of a fresh connection with a request that changes nothing: an
-   * unknown op, answered `? - E unknown op` by any node (SPEC §2). Sent before anything
-   * else, so the latency is known before the first grant arrives.
-   */
-  #ping() {
-    this.request("?", "-", "?").catch(() => {
-    });
+  const rest = trimmed.replace(/^tcp:\/\//i, "");
+  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:/\[\]]+))(?::([0-9]{1,5}))?$/.exec(rest);
+  const port = match?.[3] === void 0 ? DEFAULT_PORT : Number(match[3]);
+  if (!match || port < 1 || port > 65535) {
+    throw new TypeError(`Invalid lockd address "${text}": expected host:port, tcp://host:port, ws:// or wss:// URL`);
   }
-  /** Keeps an eye on a connection while requests are outstanding on it. */
-  #watch() {
-    if (this.#watchTimer !== void 0 || this.#outstanding === 0) return;
-    const probeMs = this.#options.staleAfterMs / 3;
-    this.#watchTimer = setTimeout(() => {
-      this.#watchTimer = void 0;
-      const transport = this.#transport;
-      if (transport === void 0 || this.#outstanding === 0) return;
-      const silentMs = performance.now() - this.#lastReceived;
-      if (silentMs >= this.#options.staleAfterMs) {
-        this.#dropFrozen(transport, `no reply for ${Math.round(silentMs)} ms`);
-        return;
-      }
-      if (silentMs >= probeMs) this.#ping();
-      this.#watch();
-    }, probeMs);
-  }
-  /** Closes `transport` (if still current) as frozen; it is reported lost, so its requests move on. */
-  #dropFrozen(transport, why) {
-    if (this.#transport !== transport) return;
-    this.#lastError = why;
-    transport.close();
-  }
-  #reply(text) {
-    this.#lastReceived = performance.now();
-    this.#received++;
-    const reply = parseReply(text);
-    if (reply === void 0) {
-      this.#lastError = `malformed reply ${JSON.stringify(text.slice(0, 100))}`;
-      this.#transport?.close();
-      return;
-    }
-    const queue = this.#pending.get(`${reply.op} ${reply.key}`);
-    const pending = queue?.shift();
-    if (pending === void 0) {
-      if (reply.status === "E") this.#lastError = reply.text;
-      return;
-    }
-    if (queue.length === 0) this.#pending.delete(`${reply.op} ${reply.key}`);
-    pending.resolve(reply);
-  }
-  #lost(transport) {
-    if (this.#transport !== transport) return;
-    this.#transport = void 0;
-    this.#failAll(this.#lastError);
-    this.#scheduleReconnect();
-    this.#options.lost();
-  }
-  #scheduleReconnect() {
-    if (this.#options.closed.aborted || this.#reconnectTimer !== void 0) return;
-    this.#reconnectTimer = setTimeout(() => {
-      this.#reconnectTimer = void 0;
-      this.connect();
-    }, this.#options.reconnectIntervalMs);
-  }
-  #shutdown() {
-    clearTimeout(this.#reconnectTimer);
-    this.#reconnectTimer = void 0;
-    const transport = this.#transport;
-    this.#transport = void 0;
-    transport?.close();
-    this.#failAll("client closed");
-  }
-  #failAll(detail) {
-    clearTimeout(this.#watchTimer);
-    this.#watchTimer = void 0;
-    this.#outstanding = 0;
-    const pending = [
-      ...this.#pending.values()
-    ].flat();
-    this.#pending.clear();
-    for (const p of pending) p.reject(new ConnectionLost(this.address.key, detail));
-  }
-};
+  const hostname = match[1] ?? match[2];
+  const key = hostname.includes(":") ? `[${hostname}]:${port}` : `${hostname}:${port}`;
+  return {
+    scheme: "tcp",
+    hostname,
+    port,
+    key
+  };
+}
 
 // client/errors.ts
 var LockError = class extends Error {
@@ -495,7 +204,7 @@ var MAX_DELAY_MS = 2 ** 31 - 1;
 function safetyMargin(leaseMs) {
   return Math.min(1e3, leaseMs * 0.05);
 }
-var HeldLock = class {
+var LockHandle = class {
   /** The key. */
   key;
   /** This grant's fencing token: greater than every token issued before it. */
@@ -639,69 +348,155 @@ var HeldLock = class {
   }
 };
 
-// client/transport.ts
-var DEFAULT_PORT = 7321;
-function parseAddress(text) {
-  const trimmed = text.trim();
-  if (/^wss?:\/\//i.test(trimmed)) {
-    let url;
-    try {
-      url = new URL(trimmed);
-    } catch {
-      throw new TypeError(`Invalid lockd address "${text}"`);
+// client/codec/fields.ts
+var MAX_TOKEN = 18446744073709551615n;
+var MAX_KEY_BYTES = 250;
+var TOKEN = /^[1-9][0-9]{0,19}$/;
+var BAD_KEY_CHAR = /[\s\p{Cc}]/u;
+function utf8Length(text) {
+  let bytes = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 128) continue;
+    if (c < 2048) bytes += 1;
+    else if (c < 55296 || c > 57343) bytes += 2;
+    else {
+      bytes += 2;
+      const d = text.charCodeAt(i + 1);
+      if (c <= 56319 && d >= 56320 && d <= 57343) i++;
     }
-    const scheme = url.protocol === "wss:" ? "wss" : "ws";
-    const port2 = url.port ? Number(url.port) : scheme === "wss" ? 443 : 80;
-    return {
-      scheme,
-      hostname: url.hostname,
-      port: port2,
-      url: url.href,
-      key: url.href
-    };
   }
-  const rest = trimmed.replace(/^tcp:\/\//i, "");
-  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:/\[\]]+))(?::([0-9]{1,5}))?$/.exec(rest);
-  const port = match?.[3] === void 0 ? DEFAULT_PORT : Number(match[3]);
-  if (!match || port < 1 || port > 65535) {
-    throw new TypeError(`Invalid lockd address "${text}": expected host:port, tcp://host:port, ws:// or wss:// URL`);
-  }
-  const hostname = match[1] ?? match[2];
-  const key = hostname.includes(":") ? `[${hostname}]:${port}` : `${hostname}:${port}`;
-  return {
-    scheme: "tcp",
-    hostname,
-    port,
-    key
-  };
+  return bytes;
 }
-var connectTransport = async (address, handlers, signal) => {
+function keyError(key) {
+  if (key.length === 0) return "missing key";
+  if (key.length > MAX_KEY_BYTES || key.length * 3 > MAX_KEY_BYTES && utf8Length(key) > MAX_KEY_BYTES) {
+    return `key must be at most ${MAX_KEY_BYTES} bytes`;
+  }
+  if (BAD_KEY_CHAR.test(key)) return "key must not contain whitespace or control characters";
+  if (!key.isWellFormed()) return "key must be valid Unicode (no lone surrogates)";
+  return void 0;
+}
+function parseToken(text) {
+  if (!TOKEN.test(text)) return void 0;
+  const token = BigInt(text);
+  return token <= MAX_TOKEN ? token : void 0;
+}
+function formatSeconds(ms) {
+  if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`Cannot send ${ms} ms as seconds`);
+  const whole = Math.floor(ms / 1e3);
+  const rest = Math.ceil(ms - whole * 1e3);
+  if (rest === 0) return BigInt(whole).toString();
+  if (rest === 1e3) return (BigInt(whole) + 1n).toString();
+  return `${BigInt(whole)}.${String(rest).padStart(3, "0").replace(/0+$/, "")}`;
+}
+
+// client/codec/reply.ts
+function parseReply(line) {
+  const first = line.indexOf(" ");
+  const second = first < 0 ? -1 : line.indexOf(" ", first + 1);
+  if (second < 0) return void 0;
+  const op = line.slice(0, first);
+  const key = line.slice(first + 1, second);
+  const third = line.indexOf(" ", second + 1);
+  const status = line.slice(second + 1, third < 0 ? line.length : third);
+  const value = third < 0 ? void 0 : line.slice(third + 1);
+  if (op === "" || key === "") return void 0;
+  const fits = status === "E" || status === "M" && op !== "-" || op === "A" && (status === "A" || status === "T") || op === "R" && (status === "R" || status === "N") || op === "X" && (status === "X" || status === "N");
+  if (!fits) return void 0;
+  switch (status) {
+    case "A": {
+      const token = value === void 0 ? void 0 : parseToken(value);
+      return token === void 0 ? void 0 : {
+        op,
+        key,
+        status,
+        token
+      };
+    }
+    case "T":
+    case "R":
+    case "X":
+    case "N":
+      return value === void 0 ? {
+        op,
+        key,
+        status
+      } : void 0;
+    case "M":
+      return value ? {
+        op,
+        key,
+        status,
+        text: value
+      } : void 0;
+    default:
+      return {
+        op,
+        key,
+        status: "E",
+        text: value ?? ""
+      };
+  }
+}
+var NO_ACTIVE_NODE = "no active node";
+var SHUTTING_DOWN = "shutting down";
+var PROBE = "?";
+function replyAction(reply) {
+  if (reply.status === "M") return "redirect";
+  if (reply.status === "E" && (reply.text === NO_ACTIVE_NODE || reply.text === SHUTTING_DOWN)) {
+    return "retry";
+  }
+  return "done";
+}
+
+// client/codec/request.ts
+var TOKEN_RULE = `token must be a decimal integer from 1 to ${MAX_TOKEN} without leading zeros`;
+function acquireLine(key, leaseMs, waitMs) {
+  return `A ${key} ${formatSeconds(leaseMs)} ${formatSeconds(waitMs)}`;
+}
+function releaseLine(key, token) {
+  return `R ${key} ${token}`;
+}
+function extendLine(key, token, leaseMs) {
+  return `X ${key} ${token} ${formatSeconds(leaseMs)}`;
+}
+
+// client/dial.ts
+async function connectTransport(address, handlers, signal) {
   if (address.scheme === "tcp") {
+    if (!("Deno" in globalThis)) {
+      throw new Error(`TCP address ${address.key} needs Deno; in a browser or other runtime use the WebSocket bridge (ws:// or wss://)`);
+    }
     const { connectTcp } = await import("./tcp.ts");
     return connectTcp(address, handlers, signal);
   }
   const { connectWebSocket: connectWebSocket2 } = await Promise.resolve().then(() => (init_ws(), ws_exports));
   return connectWebSocket2(address, handlers, signal);
-};
-
-// client/client.ts
-var clientInternals = /* @__PURE__ */ new WeakMap();
-function retryable(message) {
-  return message === "no active node" || message === "shutting down";
 }
-function sleep(ms, signal) {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener("abort", done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener("abort", done, {
-      once: true
-    });
-  });
+
+// client/options.ts
+function resolveOptions(options, addresses) {
+  for (const [name, value] of Object.entries(options)) {
+    if (name.endsWith("Ms") && value !== void 0 && !(typeof value === "number" && value > 0 && Number.isFinite(value))) {
+      throw new TypeError(`${name} must be a positive number of milliseconds, got ${String(value)}`);
+    }
+  }
+  const perAddress = options.connectionsPerAddress ?? (addresses === 1 ? 2 : 1);
+  if (!Number.isInteger(perAddress) || perAddress < 1) {
+    throw new TypeError(`connectionsPerAddress must be a whole number above 0, got ${perAddress}`);
+  }
+  return {
+    reconnectIntervalMs: options.reconnectIntervalMs ?? 3e3,
+    connectTimeoutMs: options.connectTimeoutMs ?? 3e3,
+    retryTimeoutMs: options.retryTimeoutMs ?? 1e4,
+    releaseRetryMs: options.releaseRetryMs ?? 5e3,
+    releaseRetryIntervalMs: options.releaseRetryIntervalMs ?? 200,
+    staleConnectionMs: options.staleConnectionMs ?? 2e3,
+    autoExtend: options.autoExtend ?? false,
+    connect: options.connect ?? connectTransport,
+    connectionsPerAddress: perAddress
+  };
 }
 function checkKey(key) {
   if (typeof key !== "string") throw new TypeError(`key must be a string, got ${typeof key}`);
@@ -718,20 +513,537 @@ function toMs(seconds, what) {
   if (!isLease && seconds >= MAX_SECONDS) return 0;
   return Math.ceil(seconds * 1e3);
 }
+
+// client/managed_connection.ts
+var ConnectionLost = class extends Error {
+  /** @param address Where it was connected. @param detail Last error line from the server. */
+  constructor(address, detail) {
+    super(`Connection to ${address} was lost${detail ? ` (${detail})` : ""}`);
+    this.name = "ConnectionLost";
+  }
+};
+var ManagedConnection = class {
+  /** Where it connects. */
+  address;
+  #options;
+  #transport;
+  #connecting;
+  #pending = /* @__PURE__ */ new Map();
+  #reconnectTimer;
+  #lastError;
+  /** Outstanding requests (pings included). */
+  #outstanding = 0;
+  #lastReceived = 0;
+  /** Lines received so far, over all of its transports. */
+  #received = 0;
+  #watchTimer;
+  /** @param address Where to connect. @param options Shared settings. */
+  constructor(address, options) {
+    this.address = address;
+    this.#options = options;
+    options.closed.addEventListener("abort", () => this.#shutdown(), {
+      once: true
+    });
+  }
+  /** Whether requests can be sent now. */
+  get up() {
+    return this.#transport !== void 0;
+  }
+  /** Why the last attempt failed or the connection was lost, if it did. */
+  get lastError() {
+    return this.#lastError;
+  }
+  /** How many lines arrived so far (compare two readings to see whether any arrived). */
+  get received() {
+    return this.#received;
+  }
+  /**
+   * Checks that the node still answers: sends a probe (`?`) and resolves `true` as soon as
+   * anything arrives. If nothing arrives within `graceMs`, the connection is dropped as
+   * frozen (its requests move to other connections) and it resolves `false`; also `false`
+   * if it is down or drops meanwhile.
+   */
+  probe(graceMs) {
+    const transport = this.#transport;
+    if (transport === void 0) return Promise.resolve(false);
+    const before = this.#received;
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        if (this.#received !== before) return resolve(true);
+        this.#dropFrozen(transport, `no reply to a probe for ${Math.round(graceMs)} ms`);
+        resolve(false);
+      }, graceMs);
+      this.request(PROBE, "-", PROBE).then(() => resolve(true), () => resolve(false)).finally(() => clearTimeout(timer));
+    });
+  }
+  /** Whether a request with this (op, key) is outstanding here. */
+  outstanding(op, key) {
+    return this.#pending.has(`${op} ${key}`);
+  }
+  /**
+   * Connects now unless connected or connecting. Resolves `true` once usable, `false` if
+   * the attempt failed (a background retry is then scheduled).
+   */
+  connect() {
+    if (this.#transport !== void 0) return Promise.resolve(true);
+    if (this.#options.closed.aborted) return Promise.resolve(false);
+    this.#connecting ??= this.#open().finally(() => this.#connecting = void 0);
+    return this.#connecting;
+  }
+  /**
+   * Sends a request line and resolves with the reply whose (op, key) echo matches.
+   *
+   * @throws {ConnectionLost} If not connected, or if the connection drops before the reply.
+   */
+  request(op, key, line) {
+    const transport = this.#transport;
+    if (transport === void 0) return Promise.reject(new ConnectionLost(this.address.key));
+    return new Promise((settled, reject) => {
+      const id = `${op} ${key}`;
+      if (this.#outstanding === 0) this.#lastReceived = performance.now();
+      this.#outstanding++;
+      this.#watch();
+      const done = (reply) => {
+        this.#outstanding--;
+        settled(reply);
+      };
+      let resolve = done;
+      if (op !== "A") {
+        const sentAt = performance.now();
+        resolve = (reply) => {
+          this.#options.roundTrip(performance.now() - sentAt);
+          done(reply);
+        };
+      }
+      const queue = this.#pending.get(id);
+      if (queue === void 0) this.#pending.set(id, [
+        {
+          resolve,
+          reject
+        }
+      ]);
+      else queue.push({
+        resolve,
+        reject
+      });
+      transport.send(line);
+    });
+  }
+  async #open() {
+    clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer = void 0;
+    const attempt = new AbortController();
+    const timer = setTimeout(() => attempt.abort(new Error("connect timed out")), this.#options.connectTimeoutMs);
+    const onClose = () => attempt.abort(new Error("client closed"));
+    this.#options.closed.addEventListener("abort", onClose, {
+      once: true
+    });
+    let transport;
+    let dead = false;
+    try {
+      transport = await this.#options.connect(this.address, {
+        line: (text) => this.#reply(text),
+        closed: () => {
+          dead = true;
+          if (transport !== void 0) this.#lost(transport);
+        }
+      }, attempt.signal);
+      if (this.#options.closed.aborted || dead) {
+        transport.close();
+        if (dead) this.#scheduleReconnect();
+        return false;
+      }
+      this.#transport = transport;
+      this.#lastError = void 0;
+      this.#lastReceived = performance.now();
+      this.#ping();
+      return true;
+    } catch (error) {
+      this.#lastError = error instanceof Error ? error.message : String(error);
+      this.#scheduleReconnect();
+      return false;
+    } finally {
+      clearTimeout(timer);
+      this.#options.closed.removeEventListener("abort", onClose);
+    }
+  }
+  /**
+   * Measures the round trip of a fresh connection with a request that changes nothing: an
+   * unknown op, answered `? - E unknown op` by any node (docs/protocol.md). Sent before anything
+   * else, so the latency is known before the first grant arrives.
+   */
+  #ping() {
+    this.request(PROBE, "-", PROBE).catch(() => {
+    });
+  }
+  /** Keeps an eye on a connection while requests are outstanding on it. */
+  #watch() {
+    if (this.#watchTimer !== void 0 || this.#outstanding === 0) return;
+    const probeMs = this.#options.staleAfterMs / 3;
+    this.#watchTimer = setTimeout(() => {
+      this.#watchTimer = void 0;
+      const transport = this.#transport;
+      if (transport === void 0 || this.#outstanding === 0) return;
+      const silentMs = performance.now() - this.#lastReceived;
+      if (silentMs >= this.#options.staleAfterMs) {
+        this.#dropFrozen(transport, `no reply for ${Math.round(silentMs)} ms`);
+        return;
+      }
+      if (silentMs >= probeMs) this.#ping();
+      this.#watch();
+    }, probeMs);
+  }
+  /** Closes `transport` (if still current) as frozen; it is reported lost, so its requests move on. */
+  #dropFrozen(transport, why) {
+    if (this.#transport !== transport) return;
+    this.#lastError = why;
+    transport.close();
+  }
+  #reply(text) {
+    this.#lastReceived = performance.now();
+    this.#received++;
+    const reply = parseReply(text);
+    if (reply === void 0) {
+      this.#lastError = `malformed reply ${JSON.stringify(text.slice(0, 100))}`;
+      this.#transport?.close();
+      return;
+    }
+    const queue = this.#pending.get(`${reply.op} ${reply.key}`);
+    const pending = queue?.shift();
+    if (pending === void 0) {
+      if (reply.status === "E") this.#lastError = reply.text;
+      return;
+    }
+    if (queue.length === 0) this.#pending.delete(`${reply.op} ${reply.key}`);
+    pending.resolve(reply);
+  }
+  #lost(transport) {
+    if (this.#transport !== transport) return;
+    this.#transport = void 0;
+    this.#failAll(this.#lastError);
+    this.#scheduleReconnect();
+    this.#options.lost();
+  }
+  #scheduleReconnect() {
+    if (this.#options.closed.aborted || this.#reconnectTimer !== void 0) return;
+    this.#reconnectTimer = setTimeout(() => {
+      this.#reconnectTimer = void 0;
+      this.connect();
+    }, this.#options.reconnectIntervalMs);
+  }
+  #shutdown() {
+    clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer = void 0;
+    const transport = this.#transport;
+    this.#transport = void 0;
+    transport?.close();
+    this.#failAll("client closed");
+  }
+  #failAll(detail) {
+    clearTimeout(this.#watchTimer);
+    this.#watchTimer = void 0;
+    this.#outstanding = 0;
+    const pending = [
+      ...this.#pending.values()
+    ].flat();
+    this.#pending.clear();
+    for (const p of pending) p.reject(new ConnectionLost(this.address.key, detail));
+  }
+};
+
+// client/router.ts
+function sleep(ms, signal) {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, {
+      once: true
+    });
+  });
+}
+var Router = class {
+  #connections = [];
+  #next = 0;
+  /** The node that served the last request (`M` targets included): preferred. */
+  #active;
+  #options;
+  #closed;
+  #lost;
+  /** Decaying maximum of measured round trips (ms): an upper bound of one-way latency. */
+  #latency = 0;
+  /**
+   * @param addresses The client's addresses (one entry each).
+   * @param options The client's options.
+   * @param closed Aborts when the client closes.
+   * @param lost Called when a connection drops.
+   */
+  constructor(addresses, options, closed, lost) {
+    this.#options = options;
+    this.#closed = closed;
+    this.#lost = lost;
+    for (let i = 0; i < options.connectionsPerAddress; i++) {
+      for (const address of addresses) this.#add(address);
+    }
+  }
+  /** Every managed connection. */
+  get connections() {
+    return this.#connections;
+  }
+  /** An upper bound of the one-way latency seen lately, in ms (0 before any measurement). */
+  get latency() {
+    return this.#latency;
+  }
+  /** Starts connecting every connection in the background. */
+  start() {
+    for (const connection of this.#connections) connection.connect();
+  }
+  /**
+   * Sends one request until it gets a final reply: moves to the next connection when one
+   * drops (failing after as many attempts as connections), follows `M`, and waits out a
+   * cluster with no active node for up to `retryTimeoutMs`.
+   *
+   * @param line Builds the line for the connection it goes out on (an acquire asks for the
+   * wait that is left).
+   * @throws {LockUnavailableError} No connection could carry it.
+   * @throws {LockError} The client closed, or the attempt was abandoned.
+   */
+  async exchange(op, key, line, attempt) {
+    const closed = this.#closed;
+    const giveUpAt = performance.now() + this.#options.retryTimeoutMs;
+    let failures = 0;
+    let lastProblem = "";
+    let target;
+    let backoff = 25;
+    let hops = 0;
+    const unavailable = () => new LockUnavailableError(`No usable lockd connection for ${op} "${key}" (${this.#connections.map((c) => c.address.key).join(", ")})` + (lastProblem ? `: ${lastProblem}` : ""));
+    const pause = async () => {
+      if (performance.now() + backoff > giveUpAt) throw unavailable();
+      await sleep(backoff, closed);
+      backoff = Math.min(backoff * 2, 200);
+    };
+    for (; ; ) {
+      if (closed.aborted) throw new LockError("The client is closed");
+      if (attempt?.abandoned) throw new LockError("Abandoned");
+      let connection = target ?? this.#pick(op, key);
+      target = void 0;
+      if (connection !== void 0 && !connection.up && !await connection.connect()) {
+        lastProblem = `${connection.address.key} is unreachable`;
+        if (this.#active === connection.address.key) this.#active = void 0;
+        await pause();
+        continue;
+      }
+      connection ??= await this.#anyUp();
+      if (connection === void 0) {
+        const reasons = [
+          ...new Set(this.#connections.map((c) => c.lastError).filter((e) => e))
+        ];
+        lastProblem = reasons.length > 0 ? reasons.join("; ") : "no node could be reached";
+        if (++failures >= this.#connections.length) throw unavailable();
+        continue;
+      }
+      if (closed.aborted) throw new LockError("The client is closed");
+      let reply;
+      try {
+        reply = await connection.request(op, key, line(connection));
+      } catch (error) {
+        if (!(error instanceof ConnectionLost)) throw error;
+        lastProblem = error.message;
+        if (this.#active === connection.address.key) this.#active = void 0;
+        if (++failures >= this.#connections.length && !this.#connections.some((c) => c.up)) {
+          throw unavailable();
+        }
+        continue;
+      }
+      const action = replyAction(reply);
+      if (action === "redirect") {
+        target = this.#connectionFor(reply.text);
+        if (++hops > 3) await pause();
+        if (target === connection) target = void 0;
+        else this.#active = target?.address.key;
+        lastProblem = `redirected to ${reply.text}`;
+        if (target === void 0) await pause();
+        continue;
+      }
+      if (action === "retry") {
+        lastProblem = `${connection.address.key} answered "${reply.text}"`;
+        await pause();
+        continue;
+      }
+      this.#active = connection.address.key;
+      return reply;
+    }
+  }
+  #add(address) {
+    const connection = new ManagedConnection(address, {
+      connect: this.#options.connect,
+      reconnectIntervalMs: this.#options.reconnectIntervalMs,
+      connectTimeoutMs: this.#options.connectTimeoutMs,
+      closed: this.#closed,
+      roundTrip: (ms) => this.#latency = Math.max(ms, this.#latency * 0.9),
+      staleAfterMs: this.#options.staleConnectionMs,
+      lost: () => this.#lost()
+    });
+    this.#connections.push(connection);
+    return connection;
+  }
+  /**
+   * The next connection, round-robin over those usable now: those of the known active node
+   * first and, for an acquire, those without an earlier acquire of the same key outstanding
+   * (the server answers those in order, so a try-lock would wait behind a long wait).
+   */
+  #pick(op, key) {
+    const up = this.#connections.filter((c) => c.up);
+    if (up.length === 0) return void 0;
+    const preferred = up.filter((c) => c.address.key === this.#active);
+    let pool = preferred.length > 0 ? preferred : up;
+    if (op === "A" && pool.length > 1) {
+      const free = pool.filter((c) => !c.outstanding(op, key));
+      if (free.length > 0) pool = free;
+    }
+    return pool[this.#next++ % pool.length];
+  }
+  /** Connects every idle connection now and resolves with the first that comes up. */
+  async #anyUp() {
+    const attempts = this.#connections.map(async (c) => await c.connect() ? c : void 0);
+    return await Promise.any(attempts.map(async (a) => await a ?? Promise.reject(new Error("down")))).catch(() => void 0);
+  }
+  /** The connection to the node an `M` reply names, added if the client had none. */
+  #connectionFor(addressText) {
+    let address;
+    try {
+      address = parseAddress(addressText);
+    } catch {
+      return void 0;
+    }
+    const known = this.#connections.find((c) => c.address.key === address.key);
+    if (known !== void 0) return known;
+    const added = this.#add(address);
+    return added;
+  }
+};
+
+// client/requests.ts
 var REPLY_MARGIN_MS = 200;
 var PROBE_GRACE_MS = 500;
+function unexpected(reply) {
+  if (reply.status === "E") return new LockRejectedError(reply.op, reply.key, reply.text ?? "");
+  return new LockError(`Unexpected reply to ${reply.op} "${reply.key}": ${reply.status}`);
+}
+async function acquire(ctx, key, { leaseMs, waitMs, signal }, granted) {
+  if (signal?.aborted) throw new LockAbortedError(key, signal.reason);
+  const { router } = ctx;
+  const attempt = {
+    abandoned: false
+  };
+  const started = performance.now();
+  let sentAt = started;
+  const { promise, resolve, reject } = Promise.withResolvers();
+  let timer;
+  let sends = 0;
+  const cleanup = () => {
+    clearTimeout(timer);
+    signal?.removeEventListener("abort", onAbort);
+  };
+  const giveUp = (error) => {
+    if (attempt.abandoned) return;
+    attempt.abandoned = true;
+    cleanup();
+    reject(error);
+  };
+  const onAbort = () => giveUp(new LockAbortedError(key, signal.reason));
+  const deadline = async (connection, received, send) => {
+    if (connection.up && connection.received === received) {
+      const graceMs = Math.min(ctx.options.staleConnectionMs, PROBE_GRACE_MS + 4 * router.latency);
+      if (!await connection.probe(graceMs)) return;
+      if (attempt.abandoned || send !== sends) return;
+    }
+    giveUp(new LockTimeoutError(key, waitMs / 1e3));
+  };
+  const line = (connection) => {
+    sentAt = performance.now();
+    const left = waitMs === 0 ? 0 : Math.max(1, Math.ceil(waitMs - (sentAt - started)));
+    if (left > 0) {
+      clearTimeout(timer);
+      const send = ++sends;
+      const received = connection.received;
+      timer = setTimeout(() => ctx.track(deadline(connection, received, send)), left + REPLY_MARGIN_MS + 2 * router.latency);
+    }
+    return acquireLine(key, leaseMs, left);
+  };
+  signal?.addEventListener("abort", onAbort, {
+    once: true
+  });
+  const exchange = router.exchange("A", key, line, attempt);
+  const settle = (reply) => {
+    if (reply.status === "A") {
+      const latency = router.latency;
+      return granted(reply.token, latency > 0 ? Math.max(sentAt, performance.now() - latency) : sentAt);
+    }
+    if (reply.status === "T") throw new LockTimeoutError(key, waitMs / 1e3);
+    throw unexpected(reply);
+  };
+  ctx.track(exchange.then((reply) => {
+    cleanup();
+    if (attempt.abandoned) {
+      if (reply.status === "A") ctx.track(release(ctx, key, reply.token));
+      return;
+    }
+    try {
+      resolve(settle(reply));
+    } catch (error) {
+      reject(error);
+    }
+  }, (error) => {
+    cleanup();
+    if (!attempt.abandoned) reject(error);
+  }));
+  return await promise;
+}
+async function extend(ctx, key, token, leaseMs) {
+  const reply = await ctx.router.exchange("X", key, () => extendLine(key, token, leaseMs));
+  if (reply.status === "X") return true;
+  if (reply.status === "N") return false;
+  throw unexpected(reply);
+}
+async function release(ctx, key, token) {
+  const { options, closed } = ctx;
+  const until = performance.now() + options.releaseRetryMs;
+  for (; ; ) {
+    try {
+      const reply = await within(ctx, until - performance.now(), ctx.router.exchange("R", key, () => releaseLine(key, token)), () => new LockUnavailableError(`Release of "${key}" not confirmed in time`));
+      if (reply.status === "R" || reply.status === "N") return;
+      throw unexpected(reply);
+    } catch (error) {
+      const retry = error instanceof LockUnavailableError && !closed.aborted && performance.now() + options.releaseRetryIntervalMs < until;
+      if (!retry) throw error;
+    }
+    await sleep(options.releaseRetryIntervalMs, closed);
+  }
+}
+function within(ctx, ms, promise, late) {
+  ctx.track(promise);
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(late()), Math.max(0, ms));
+    promise.then(resolve, reject).finally(() => clearTimeout(timer));
+  });
+}
+
+// client/client.ts
+var clientInternals = /* @__PURE__ */ new WeakMap();
 var LockClient = class {
-  #slots = [];
-  #next = 0;
-  #active;
+  #router;
   #closing = new AbortController();
   #closed;
   #locks = /* @__PURE__ */ new Set();
   #background = /* @__PURE__ */ new Set();
   #options;
   #owner;
-  /** Decaying maximum of measured round trips (ms): an upper bound of one-way latency. */
-  #latency = 0;
+  #requests;
   /**
    * Creates a client and starts connecting in the background.
    *
@@ -758,46 +1070,34 @@ var LockClient = class {
       }
       addresses.set(address.key, address);
     }
-    for (const [name, value] of Object.entries(options)) {
-      if (name.endsWith("Ms") && value !== void 0 && !(typeof value === "number" && value > 0 && Number.isFinite(value))) {
-        throw new TypeError(`${name} must be a positive number of milliseconds, got ${String(value)}`);
-      }
-    }
-    this.#options = {
-      reconnectIntervalMs: options.reconnectIntervalMs ?? 3e3,
-      connectTimeoutMs: options.connectTimeoutMs ?? 3e3,
-      retryTimeoutMs: options.retryTimeoutMs ?? 1e4,
-      releaseRetryMs: options.releaseRetryMs ?? 5e3,
-      releaseRetryIntervalMs: options.releaseRetryIntervalMs ?? 200,
-      staleConnectionMs: options.staleConnectionMs ?? 2e3,
-      autoExtend: options.autoExtend ?? false,
-      connect: options.connect ?? connectTransport
+    this.#options = resolveOptions(options, addresses.size);
+    this.#router = new Router([
+      ...addresses.values()
+    ], this.#options, this.#closing.signal, () => this.#connectionLost());
+    this.#requests = {
+      router: this.#router,
+      options: this.#options,
+      closed: this.#closing.signal,
+      track: (promise) => this.#track(promise)
     };
-    const perAddress = options.connectionsPerAddress ?? (addresses.size === 1 ? 2 : 1);
-    if (!Number.isInteger(perAddress) || perAddress < 1) {
-      throw new TypeError(`connectionsPerAddress must be a whole number above 0, got ${perAddress}`);
-    }
-    for (let i = 0; i < perAddress; i++) {
-      for (const address of addresses.values()) this.#addSlot(address);
-    }
     this.#owner = {
-      extend: (key, token, leaseMs) => this.#extend(key, token, leaseMs),
-      release: (key, token) => this.#release(key, token),
+      extend: (key, token, leaseMs) => extend(this.#requests, key, token, leaseMs),
+      release: (key, token) => release(this.#requests, key, token),
       forget: (lock) => this.#locks.delete(lock)
     };
-    for (const slot of this.#slots) slot.connect();
+    this.#router.start();
     clientInternals.set(this, {
-      exchange: (op, key, line) => this.#exchange(op, key, () => line),
-      release: (key, token) => this.#release(key, token)
+      exchange: (op, key, line) => this.#router.exchange(op, key, () => line),
+      release: (key, token) => release(this.#requests, key, token)
     });
   }
   /** Number of managed connections (two for a single address). */
   get connections() {
-    return this.#slots.length;
+    return this.#router.connections.length;
   }
   /** Number of connections usable right now. */
   get connected() {
-    return this.#slots.filter((s) => s.up).length;
+    return this.#router.connections.filter((c) => c.up).length;
   }
   /**
    * Acquires `key`, queueing behind earlier waiters for at most `wait` seconds.
@@ -833,7 +1133,24 @@ var LockClient = class {
       checkKey(key);
       const leaseMs = toMs(options.lease ?? 30, "lease");
       const waitMs = toMs(options.wait ?? 0, "wait");
-      return this.#acquire(key, leaseMs, waitMs, options);
+      const autoExtend = options.autoExtend ?? this.#options.autoExtend;
+      return acquire(this.#requests, key, {
+        leaseMs,
+        waitMs,
+        signal: options.signal
+      }, (token, grantedAt) => {
+        const lock = new LockHandle(key, token, this.#owner, {
+          leaseMs,
+          grantedAt,
+          autoExtend
+        });
+        this.#locks.add(lock);
+        if (this.#closed !== void 0) {
+          this.#track(lock.release());
+          throw new LockError("The client is closed");
+        }
+        return lock;
+      });
     } catch (error) {
       return Promise.reject(error);
     }
@@ -924,19 +1241,6 @@ var LockClient = class {
       ...this.#background
     ]);
   }
-  #addSlot(address) {
-    const slot = new Slot(address, {
-      connect: this.#options.connect,
-      reconnectIntervalMs: this.#options.reconnectIntervalMs,
-      connectTimeoutMs: this.#options.connectTimeoutMs,
-      closed: this.#closing.signal,
-      roundTrip: (ms) => this.#latency = Math.max(ms, this.#latency * 0.9),
-      staleAfterMs: this.#options.staleConnectionMs,
-      lost: () => this.#connectionLost()
-    });
-    this.#slots.push(slot);
-    return slot;
-  }
   /**
    * A connection dropped. With no connection left at all, every held lock is suspected
    * lost: a single node that restarts comes back empty, and nothing can renew a lease
@@ -946,10 +1250,11 @@ var LockClient = class {
    */
   #connectionLost() {
     if (this.#closing.signal.aborted) return;
-    const bridged = this.#slots.filter((s) => s.address.scheme !== "tcp");
+    const connections = this.#router.connections;
+    const bridged = connections.filter((c) => c.address.scheme !== "tcp");
     let why;
-    if (!this.#slots.some((s) => s.up)) why = "every connection to lockd dropped";
-    else if (bridged.length > 0 && !bridged.some((s) => s.up)) {
+    if (!connections.some((c) => c.up)) why = "every connection to lockd dropped";
+    else if (bridged.length > 0 && !bridged.some((c) => c.up)) {
       why = "every connection to the bridge dropped, and the bridge releases its locks";
     } else return;
     for (const lock of this.#locks) lock.lose(why, false);
@@ -960,227 +1265,16 @@ var LockClient = class {
     }).finally(() => this.#background.delete(tracked));
     this.#background.add(tracked);
   }
-  async #acquire(key, leaseMs, waitMs, options) {
-    const signal = options.signal;
-    if (signal?.aborted) throw new LockAbortedError(key, signal.reason);
-    const autoExtend = options.autoExtend ?? this.#options.autoExtend;
-    const attempt = {
-      abandoned: false
-    };
-    const started = performance.now();
-    let sentAt = started;
-    const { promise, resolve, reject } = Promise.withResolvers();
-    let timer;
-    let sends = 0;
-    const cleanup = () => {
-      clearTimeout(timer);
-      signal?.removeEventListener("abort", onAbort);
-    };
-    const giveUp = (error) => {
-      if (attempt.abandoned) return;
-      attempt.abandoned = true;
-      cleanup();
-      reject(error);
-    };
-    const onAbort = () => giveUp(new LockAbortedError(key, signal.reason));
-    const deadline = async (slot, received, send) => {
-      if (slot.up && slot.received === received) {
-        const graceMs = Math.min(this.#options.staleConnectionMs, PROBE_GRACE_MS + 4 * this.#latency);
-        if (!await slot.probe(graceMs)) return;
-        if (attempt.abandoned || send !== sends) return;
-      }
-      giveUp(new LockTimeoutError(key, waitMs / 1e3));
-    };
-    const line = (slot) => {
-      sentAt = performance.now();
-      const left = waitMs === 0 ? 0 : Math.max(1, Math.ceil(waitMs - (sentAt - started)));
-      if (left > 0) {
-        clearTimeout(timer);
-        const send = ++sends;
-        const received = slot.received;
-        timer = setTimeout(() => this.#track(deadline(slot, received, send)), left + REPLY_MARGIN_MS + 2 * this.#latency);
-      }
-      return `A ${key} ${formatSeconds(leaseMs)} ${formatSeconds(left)}`;
-    };
-    signal?.addEventListener("abort", onAbort, {
-      once: true
-    });
-    const exchange = this.#exchange("A", key, line, attempt);
-    const settle = (reply) => {
-      if (reply.status === "A") {
-        const grantedAt = this.#latency > 0 ? Math.max(sentAt, performance.now() - this.#latency) : sentAt;
-        const lock = new HeldLock(key, reply.token, this.#owner, {
-          leaseMs,
-          grantedAt,
-          autoExtend
-        });
-        this.#locks.add(lock);
-        if (this.#closed !== void 0) {
-          this.#track(lock.release());
-          throw new LockError("The client is closed");
-        }
-        return lock;
-      }
-      if (reply.status === "T") throw new LockTimeoutError(key, waitMs / 1e3);
-      throw this.#unexpected(reply);
-    };
-    this.#track(exchange.then((reply) => {
-      cleanup();
-      if (attempt.abandoned) {
-        if (reply.status === "A") this.#track(this.#release(key, reply.token));
-        return;
-      }
-      try {
-        resolve(settle(reply));
-      } catch (error) {
-        reject(error);
-      }
-    }, (error) => {
-      cleanup();
-      if (!attempt.abandoned) reject(error);
-    }));
-    return await promise;
-  }
-  async #extend(key, token, leaseMs) {
-    const reply = await this.#exchange("X", key, () => `X ${key} ${token} ${formatSeconds(leaseMs)}`);
-    if (reply.status === "X") return true;
-    if (reply.status === "N") return false;
-    throw this.#unexpected(reply);
-  }
-  async #release(key, token) {
-    const until = performance.now() + this.#options.releaseRetryMs;
-    for (; ; ) {
-      try {
-        const reply = await this.#within(until - performance.now(), this.#exchange("R", key, () => `R ${key} ${token}`), () => new LockUnavailableError(`Release of "${key}" not confirmed in time`));
-        if (reply.status === "R" || reply.status === "N") return;
-        throw this.#unexpected(reply);
-      } catch (error) {
-        const retry = error instanceof LockUnavailableError && !this.#closing.signal.aborted && performance.now() + this.#options.releaseRetryIntervalMs < until;
-        if (!retry) throw error;
-      }
-      await sleep(this.#options.releaseRetryIntervalMs, this.#closing.signal);
-    }
-  }
-  /** `promise`, or `late()` after `ms` (the promise then finishes in the background). */
-  #within(ms, promise, late) {
-    this.#track(promise);
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => reject(late()), Math.max(0, ms));
-      promise.then(resolve, reject).finally(() => clearTimeout(timer));
-    });
-  }
-  #unexpected(reply) {
-    if (reply.status === "E") return new LockRejectedError(reply.op, reply.key, reply.text ?? "");
-    return new LockError(`Unexpected reply to ${reply.op} "${reply.key}": ${reply.status}`);
-  }
-  /**
-   * The next connection, round-robin over those usable now: those of the known active node
-   * first and, for an acquire, those without an earlier acquire of the same key outstanding
-   * (the server answers those in order, so a try-lock would wait behind a long wait).
-   */
-  #pick(op, key) {
-    const up = this.#slots.filter((s) => s.up);
-    if (up.length === 0) return void 0;
-    const preferred = up.filter((s) => s.address.key === this.#active);
-    let pool = preferred.length > 0 ? preferred : up;
-    if (op === "A" && pool.length > 1) {
-      const free = pool.filter((s) => !s.outstanding(op, key));
-      if (free.length > 0) pool = free;
-    }
-    return pool[this.#next++ % pool.length];
-  }
-  /** Connects every idle connection now and resolves with the first that comes up. */
-  async #anyUp() {
-    const attempts = this.#slots.map(async (slot) => await slot.connect() ? slot : void 0);
-    const first = await Promise.any(attempts.map(async (a) => await a ?? Promise.reject(new Error("down")))).catch(() => void 0);
-    return first;
-  }
-  #slotFor(addressText) {
-    let address;
-    try {
-      address = parseAddress(addressText);
-    } catch {
-      return void 0;
-    }
-    return this.#slots.find((s) => s.address.key === address.key) ?? this.#addSlot(address);
-  }
-  /**
-   * Sends one request until it gets a final reply: moves to the next connection when one
-   * drops (failing after as many attempts as connections), follows `M`, and waits out a
-   * cluster with no active node for up to `retryTimeoutMs`.
-   */
-  async #exchange(op, key, line, attempt) {
-    const closed = this.#closing.signal;
-    const giveUpAt = performance.now() + this.#options.retryTimeoutMs;
-    let failures = 0;
-    let lastProblem = "";
-    let target;
-    let backoff = 25;
-    let hops = 0;
-    const unavailable = () => new LockUnavailableError(`No usable lockd connection for ${op} "${key}" (${this.#slots.map((s) => s.address.key).join(", ")})` + (lastProblem ? `: ${lastProblem}` : ""));
-    const pause = async () => {
-      if (performance.now() + backoff > giveUpAt) throw unavailable();
-      await sleep(backoff, closed);
-      backoff = Math.min(backoff * 2, 200);
-    };
-    for (; ; ) {
-      if (closed.aborted) throw new LockError("The client is closed");
-      if (attempt?.abandoned) throw new LockError("Abandoned");
-      let slot = target ?? this.#pick(op, key);
-      target = void 0;
-      if (slot !== void 0 && !slot.up && !await slot.connect()) {
-        lastProblem = `${slot.address.key} is unreachable`;
-        if (this.#active === slot.address.key) this.#active = void 0;
-        await pause();
-        continue;
-      }
-      slot ??= await this.#anyUp();
-      if (slot === void 0) {
-        const reasons = [
-          ...new Set(this.#slots.map((s) => s.lastError).filter((e) => e))
-        ];
-        lastProblem = reasons.length > 0 ? reasons.join("; ") : "no node could be reached";
-        if (++failures >= this.#slots.length) throw unavailable();
-        continue;
-      }
-      if (closed.aborted) throw new LockError("The client is closed");
-      let reply;
-      try {
-        reply = await slot.request(op, key, line(slot));
-      } catch (error) {
-        if (!(error instanceof ConnectionLost)) throw error;
-        lastProblem = error.message;
-        if (this.#active === slot.address.key) this.#active = void 0;
-        if (++failures >= this.#slots.length && !this.#slots.some((s) => s.up)) {
-          throw unavailable();
-        }
-        continue;
-      }
-      if (reply.status === "M") {
-        target = this.#slotFor(reply.text);
-        if (++hops > 3) await pause();
-        if (target === slot) target = void 0;
-        else this.#active = target?.address.key;
-        lastProblem = `redirected to ${reply.text}`;
-        if (target === void 0) await pause();
-        continue;
-      }
-      if (reply.status === "E" && retryable(reply.text)) {
-        lastProblem = `${slot.address.key} answered "${reply.text}"`;
-        await pause();
-        continue;
-      }
-      this.#active = slot.address.key;
-      return reply;
-    }
-  }
 };
 export {
+  DEFAULT_PORT,
   LockAbortedError,
   LockClient,
   LockError,
   LockLostError,
   LockRejectedError,
   LockTimeoutError,
-  LockUnavailableError
+  LockUnavailableError,
+  connectTransport,
+  parseAddress
 };

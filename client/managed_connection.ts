@@ -1,14 +1,16 @@
 /**
- * One managed connection of a {@linkcode LockClient} (SPEC §3): connects in the background,
- * reconnects every `reconnectIntervalMs` after a drop, pipelines requests and matches
- * replies by the echoed (op, key), several outstanding requests with the same pair in the
- * order they were sent.
+ * One managed connection of a `LockClient` (docs/client.md, "Connections"): connects in
+ * the background, reconnects every `reconnectIntervalMs` after a drop, pipelines requests
+ * and matches replies by the echoed (op, key), several outstanding requests with the same
+ * pair in the order they were sent; probes a connection that goes silent and drops it when
+ * the probe goes unanswered.
  *
  * @module
  */
 
-import { parseReply, type Reply } from "./codec.ts";
-import type { Address, Connect, Transport } from "./transport.ts";
+import type { Address } from "./address.ts";
+import { parseReply, PROBE, type Reply } from "./codec.ts";
+import type { Connect, Transport } from "./transport.ts";
 
 /** The connection dropped (or could not be used) while a request was outstanding. */
 export class ConnectionLost extends Error {
@@ -25,7 +27,7 @@ interface Pending {
 }
 
 /** Options shared by every connection of a client. */
-export interface SlotOptions {
+export interface ManagedConnectionOptions {
   /** Opens transports. */
   connect: Connect;
   /** Pause between background reconnection attempts, in ms. */
@@ -47,10 +49,10 @@ export interface SlotOptions {
 }
 
 /** A connection to one address that comes back by itself. */
-export class Slot {
+export class ManagedConnection {
   /** Where it connects. */
   readonly address: Address;
-  #options: SlotOptions;
+  #options: ManagedConnectionOptions;
   #transport: Transport | undefined;
   #connecting: Promise<boolean> | undefined;
   #pending = new Map<string, Pending[]>();
@@ -59,12 +61,12 @@ export class Slot {
   /** Outstanding requests (pings included). */
   #outstanding = 0;
   #lastReceived = 0;
-  /** Lines received so far, over all of this slot's connections. */
+  /** Lines received so far, over all of its transports. */
   #received = 0;
   #watchTimer: ReturnType<typeof setTimeout> | undefined;
 
   /** @param address Where to connect. @param options Shared settings. */
-  constructor(address: Address, options: SlotOptions) {
+  constructor(address: Address, options: ManagedConnectionOptions) {
     this.address = address;
     this.#options = options;
     options.closed.addEventListener("abort", () => this.#shutdown(), { once: true });
@@ -101,7 +103,7 @@ export class Slot {
         this.#dropFrozen(transport, `no reply to a probe for ${Math.round(graceMs)} ms`);
         resolve(false);
       }, graceMs);
-      this.request("?", "-", "?").then(
+      this.request(PROBE, "-", PROBE).then(
         () => resolve(true),
         () => resolve(false),
       ).finally(() => clearTimeout(timer));
@@ -200,11 +202,11 @@ export class Slot {
 
   /**
    * Measures the round trip of a fresh connection with a request that changes nothing: an
-   * unknown op, answered `? - E unknown op` by any node (SPEC §2). Sent before anything
+   * unknown op, answered `? - E unknown op` by any node (docs/protocol.md). Sent before anything
    * else, so the latency is known before the first grant arrives.
    */
   #ping(): void {
-    this.request("?", "-", "?").catch(() => {});
+    this.request(PROBE, "-", PROBE).catch(() => {});
   }
 
   /** Keeps an eye on a connection while requests are outstanding on it. */
@@ -237,7 +239,7 @@ export class Slot {
     this.#received++;
     const reply = parseReply(text);
     if (reply === undefined) {
-      // Not a reply of SPEC §2: this stream cannot be trusted to match replies any more.
+      // Not a reply of the protocol: this stream cannot be trusted to match replies any more.
       this.#lastError = `malformed reply ${JSON.stringify(text.slice(0, 100))}`;
       this.#transport?.close();
       return;

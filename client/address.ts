@@ -1,0 +1,72 @@
+/**
+ * lockd addresses as users write them: `host:port` (TCP, port 7321 when left out),
+ * `tcp://host:port`, and `ws://` or `wss://` URLs of a WebSocket bridge.
+ *
+ * @module
+ */
+
+/** Default lockd port, used when an address has none. */
+export const DEFAULT_PORT = 7321;
+
+/**
+ * A parsed lockd address, as a custom `Connect` receives it. A TCP address without
+ * a port uses 7321.
+ *
+ * @example The parts of an address
+ * ```ts
+ * import { parseAddress } from "@lockd/client";
+ * const address = parseAddress("tcp://10.0.0.1:7000");
+ * console.log(address.scheme, address.hostname, address.port, address.key); // tcp 10.0.0.1 7000 10.0.0.1:7000
+ * ```
+ */
+export interface Address {
+  /** `tcp`, `ws` or `wss`. */
+  scheme: "tcp" | "ws" | "wss";
+  /** Host name or IP address (IPv6 without brackets). */
+  hostname: string;
+  /** Port. */
+  port: number;
+  /** The WebSocket URL (ws/wss only). */
+  url?: string;
+  /** The canonical form: `host:port` for TCP (as in `M` replies), the URL for WebSocket. */
+  key: string;
+}
+
+/**
+ * Parses `host:port`, `tcp://host:port`, `ws://host:port/path` or `wss://...`. A TCP
+ * address without a port uses 7321.
+ *
+ * @throws {TypeError} If the address cannot be understood.
+ * @example Parsing addresses
+ * ```ts
+ * import { parseAddress } from "@lockd/client";
+ * parseAddress("10.0.0.1:7321").key; // "10.0.0.1:7321"
+ * parseAddress("tcp://[::1]:7000").hostname; // "::1"
+ * parseAddress("wss://locks.example.com/lockd").scheme; // "wss"
+ * ```
+ */
+export function parseAddress(text: string): Address {
+  const trimmed = text.trim();
+  if (/^wss?:\/\//i.test(trimmed)) {
+    let url: URL;
+    try {
+      url = new URL(trimmed);
+    } catch {
+      throw new TypeError(`Invalid lockd address "${text}"`);
+    }
+    const scheme = url.protocol === "wss:" ? "wss" : "ws";
+    const port = url.port ? Number(url.port) : scheme === "wss" ? 443 : 80;
+    return { scheme, hostname: url.hostname, port, url: url.href, key: url.href };
+  }
+  const rest = trimmed.replace(/^tcp:\/\//i, "");
+  const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:/\[\]]+))(?::([0-9]{1,5}))?$/.exec(rest);
+  const port = match?.[3] === undefined ? DEFAULT_PORT : Number(match[3]);
+  if (!match || port < 1 || port > 65535) {
+    throw new TypeError(
+      `Invalid lockd address "${text}": expected host:port, tcp://host:port, ws:// or wss:// URL`,
+    );
+  }
+  const hostname = match[1] ?? match[2];
+  const key = hostname.includes(":") ? `[${hostname}]:${port}` : `${hostname}:${port}`;
+  return { scheme: "tcp", hostname, port, key };
+}

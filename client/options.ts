@@ -1,0 +1,126 @@
+/**
+ * The options of a `LockClient`, their defaults (docs/client.md) and the validation of
+ * what callers pass: option values, keys, and seconds turned into milliseconds.
+ *
+ * @module
+ */
+
+import { keyError } from "./codec.ts";
+import type { Connect } from "./transport.ts";
+import { connectTransport } from "./dial.ts";
+
+/**
+ * Options of `LockClient`. Durations here are milliseconds, as their names say.
+ *
+ * @example A client that reconnects faster and renews every lock by default
+ * ```ts
+ * import { LockClient, type LockClientOptions } from "@lockd/client";
+ * const options: LockClientOptions = { reconnectIntervalMs: 1000, autoExtend: true };
+ * const client = new LockClient(["10.0.0.1:7321", "10.0.0.2:7321"], options);
+ * await client.close();
+ * ```
+ */
+export interface LockClientOptions {
+  /** Pause between background reconnection attempts of a dropped connection. Default 3000 ms. */
+  reconnectIntervalMs?: number;
+  /** Longest time one connection attempt may take. Default 3000 ms. */
+  connectTimeoutMs?: number;
+  /**
+   * How long a request keeps trying while the cluster has no reachable active node (a
+   * standby redirects to a node that is down, or answers `E no active node`). Default
+   * 10000 ms.
+   */
+  retryTimeoutMs?: number;
+  /** How long a release is retried when no connection can carry it. Default 5000 ms. */
+  releaseRetryMs?: number;
+  /** Pause between release attempts. Default 200 ms. */
+  releaseRetryIntervalMs?: number;
+  /**
+   * A connection with requests outstanding that receives nothing (not even the answer to a
+   * `?` probe sent after a third of this) for this long is dropped, and its requests move
+   * to the next connection: a frozen or unreachable node. Default 2000 ms.
+   */
+  staleConnectionMs?: number;
+  /** Default of `AcquireOptions.autoExtend` for every acquire. Default `false`. */
+  autoExtend?: boolean;
+  /** Opens connections; replaces TCP/WebSocket (for tests, or custom transports). */
+  connect?: Connect;
+  /**
+   * Connections kept to each address. Default (docs/client.md): two for a single address,
+   * so one dropping does not interrupt service; one each when there are several.
+   */
+  connectionsPerAddress?: number;
+}
+
+/** Every option with its value or default. */
+export type ResolvedOptions = Required<LockClientOptions>;
+
+/**
+ * Checks `options` and fills in the defaults for a client of `addresses` addresses.
+ *
+ * @throws {TypeError} For a duration that is not a positive number of milliseconds, or a
+ * `connectionsPerAddress` that is not a whole number above 0.
+ */
+export function resolveOptions(options: LockClientOptions, addresses: number): ResolvedOptions {
+  for (const [name, value] of Object.entries(options)) {
+    if (
+      name.endsWith("Ms") && value !== undefined &&
+      !(typeof value === "number" && value > 0 && Number.isFinite(value))
+    ) {
+      throw new TypeError(
+        `${name} must be a positive number of milliseconds, got ${String(value)}`,
+      );
+    }
+  }
+  const perAddress = options.connectionsPerAddress ?? (addresses === 1 ? 2 : 1);
+  if (!Number.isInteger(perAddress) || perAddress < 1) {
+    throw new TypeError(`connectionsPerAddress must be a whole number above 0, got ${perAddress}`);
+  }
+  return {
+    reconnectIntervalMs: options.reconnectIntervalMs ?? 3000,
+    connectTimeoutMs: options.connectTimeoutMs ?? 3000,
+    retryTimeoutMs: options.retryTimeoutMs ?? 10_000,
+    releaseRetryMs: options.releaseRetryMs ?? 5000,
+    releaseRetryIntervalMs: options.releaseRetryIntervalMs ?? 200,
+    staleConnectionMs: options.staleConnectionMs ?? 2000,
+    autoExtend: options.autoExtend ?? false,
+    connect: options.connect ?? connectTransport,
+    connectionsPerAddress: perAddress,
+  };
+}
+
+/**
+ * Checks a key before anything is sent (docs/protocol.md, "Fields").
+ *
+ * @throws {TypeError} For a key that is not a string or not a valid key.
+ */
+export function checkKey(key: string): void {
+  if (typeof key !== "string") throw new TypeError(`key must be a string, got ${typeof key}`);
+  const problem = keyError(key);
+  if (problem !== undefined) throw new TypeError(`Invalid key ${JSON.stringify(key)}: ${problem}`);
+}
+
+/** Seconds the protocol can carry exactly (10^12 s, about 31,700 years). */
+const MAX_SECONDS = 1e12;
+
+/**
+ * A lease or wait in seconds, as whole milliseconds rounded up. A wait too long to write
+ * is no limit at all, which the protocol spells 0.
+ *
+ * @throws {TypeError} For a lease that is not a positive number of seconds below 10^12, or
+ * a wait that is not 0 or more.
+ */
+export function toMs(seconds: number, what: "lease" | "wait"): number {
+  const isLease = what === "lease";
+  if (
+    typeof seconds !== "number" || Number.isNaN(seconds) || seconds < 0 ||
+    (isLease && (seconds === 0 || seconds >= MAX_SECONDS))
+  ) {
+    const rule = isLease
+      ? `a positive number of seconds below ${MAX_SECONDS}`
+      : "0 or more seconds";
+    throw new TypeError(`${what} must be ${rule}, got ${seconds}`);
+  }
+  if (!isLease && seconds >= MAX_SECONDS) return 0;
+  return Math.ceil(seconds * 1000);
+}

@@ -1,0 +1,223 @@
+/**
+ * Where each request goes (docs/client.md, "Connections" and "Retries"): round-robin over
+ * the live connections, those of the known active node first; `M` replies followed to the
+ * node they name; a request whose connection drops moves to the next one, failing only
+ * after as many attempts as there are connections; a cluster with no active node waited out
+ * for up to `retryTimeoutMs`.
+ *
+ * @module
+ */
+
+import { type Address, parseAddress } from "./address.ts";
+import { type Reply, replyAction } from "./codec.ts";
+import { LockError, LockUnavailableError } from "./errors.ts";
+import { ConnectionLost, ManagedConnection } from "./managed_connection.ts";
+import type { ResolvedOptions } from "./options.ts";
+
+/** Tracks one request's attempts; set `abandoned` when the caller gave up (abort). */
+export interface Attempt {
+  /** Stop retrying. */
+  abandoned: boolean;
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+export function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
+
+/** The connections of one client and the routing of its requests over them. */
+export class Router {
+  #connections: ManagedConnection[] = [];
+  #next = 0;
+  /** The node that served the last request (`M` targets included): preferred. */
+  #active: string | undefined;
+  #options: ResolvedOptions;
+  #closed: AbortSignal;
+  #lost: () => void;
+  /** Decaying maximum of measured round trips (ms): an upper bound of one-way latency. */
+  #latency = 0;
+
+  /**
+   * @param addresses The client's addresses (one entry each).
+   * @param options The client's options.
+   * @param closed Aborts when the client closes.
+   * @param lost Called when a connection drops.
+   */
+  constructor(
+    addresses: readonly Address[],
+    options: ResolvedOptions,
+    closed: AbortSignal,
+    lost: () => void,
+  ) {
+    this.#options = options;
+    this.#closed = closed;
+    this.#lost = lost;
+    for (let i = 0; i < options.connectionsPerAddress; i++) {
+      for (const address of addresses) this.#add(address);
+    }
+  }
+
+  /** Every managed connection. */
+  get connections(): readonly ManagedConnection[] {
+    return this.#connections;
+  }
+
+  /** An upper bound of the one-way latency seen lately, in ms (0 before any measurement). */
+  get latency(): number {
+    return this.#latency;
+  }
+
+  /** Starts connecting every connection in the background. */
+  start(): void {
+    for (const connection of this.#connections) connection.connect();
+  }
+
+  /**
+   * Sends one request until it gets a final reply: moves to the next connection when one
+   * drops (failing after as many attempts as connections), follows `M`, and waits out a
+   * cluster with no active node for up to `retryTimeoutMs`.
+   *
+   * @param line Builds the line for the connection it goes out on (an acquire asks for the
+   * wait that is left).
+   * @throws {LockUnavailableError} No connection could carry it.
+   * @throws {LockError} The client closed, or the attempt was abandoned.
+   */
+  async exchange(
+    op: string,
+    key: string,
+    line: (connection: ManagedConnection) => string,
+    attempt?: Attempt,
+  ): Promise<Reply> {
+    const closed = this.#closed;
+    const giveUpAt = performance.now() + this.#options.retryTimeoutMs;
+    let failures = 0;
+    let lastProblem = "";
+    let target: ManagedConnection | undefined;
+    let backoff = 25;
+    let hops = 0;
+    const unavailable = () =>
+      new LockUnavailableError(
+        `No usable lockd connection for ${op} "${key}" (${
+          this.#connections.map((c) => c.address.key).join(", ")
+        })` + (lastProblem ? `: ${lastProblem}` : ""),
+      );
+    const pause = async () => {
+      if (performance.now() + backoff > giveUpAt) throw unavailable();
+      await sleep(backoff, closed);
+      backoff = Math.min(backoff * 2, 200);
+    };
+    for (;;) {
+      if (closed.aborted) throw new LockError("The client is closed");
+      if (attempt?.abandoned) throw new LockError("Abandoned");
+      let connection = target ?? this.#pick(op, key);
+      target = undefined;
+      if (connection !== undefined && !connection.up && !(await connection.connect())) {
+        // A redirect to a node that is down: the cluster is failing over. Ask again soon.
+        lastProblem = `${connection.address.key} is unreachable`;
+        if (this.#active === connection.address.key) this.#active = undefined;
+        await pause();
+        continue;
+      }
+      connection ??= await this.#anyUp();
+      if (connection === undefined) {
+        const reasons = [...new Set(this.#connections.map((c) => c.lastError).filter((e) => e))];
+        lastProblem = reasons.length > 0 ? reasons.join("; ") : "no node could be reached";
+        if (++failures >= this.#connections.length) throw unavailable();
+        continue;
+      }
+      if (closed.aborted) throw new LockError("The client is closed");
+      let reply: Reply;
+      try {
+        reply = await connection.request(op, key, line(connection));
+      } catch (error) {
+        if (!(error instanceof ConnectionLost)) throw error;
+        lastProblem = error.message;
+        if (this.#active === connection.address.key) this.#active = undefined;
+        // Give up only once as many attempts as connections failed and none is usable.
+        if (++failures >= this.#connections.length && !this.#connections.some((c) => c.up)) {
+          throw unavailable();
+        }
+        continue;
+      }
+      const action = replyAction(reply);
+      if (action === "redirect") {
+        target = this.#connectionFor(reply.text!);
+        if (++hops > 3) await pause(); // Nodes pointing at each other: let the cluster settle.
+        if (target === connection) target = undefined; // A node naming itself: don't loop on it.
+        else this.#active = target?.address.key;
+        lastProblem = `redirected to ${reply.text}`;
+        if (target === undefined) await pause();
+        continue;
+      }
+      if (action === "retry") {
+        lastProblem = `${connection.address.key} answered "${reply.text}"`;
+        await pause();
+        continue;
+      }
+      this.#active = connection.address.key; // It served the request: prefer it from now on.
+      return reply;
+    }
+  }
+
+  #add(address: Address): ManagedConnection {
+    const connection = new ManagedConnection(address, {
+      connect: this.#options.connect,
+      reconnectIntervalMs: this.#options.reconnectIntervalMs,
+      connectTimeoutMs: this.#options.connectTimeoutMs,
+      closed: this.#closed,
+      roundTrip: (ms) => this.#latency = Math.max(ms, this.#latency * 0.9),
+      staleAfterMs: this.#options.staleConnectionMs,
+      lost: () => this.#lost(),
+    });
+    this.#connections.push(connection);
+    return connection;
+  }
+
+  /**
+   * The next connection, round-robin over those usable now: those of the known active node
+   * first and, for an acquire, those without an earlier acquire of the same key outstanding
+   * (the server answers those in order, so a try-lock would wait behind a long wait).
+   */
+  #pick(op: string, key: string): ManagedConnection | undefined {
+    const up = this.#connections.filter((c) => c.up);
+    if (up.length === 0) return undefined;
+    const preferred = up.filter((c) => c.address.key === this.#active);
+    let pool = preferred.length > 0 ? preferred : up;
+    if (op === "A" && pool.length > 1) {
+      const free = pool.filter((c) => !c.outstanding(op, key));
+      if (free.length > 0) pool = free;
+    }
+    return pool[this.#next++ % pool.length];
+  }
+
+  /** Connects every idle connection now and resolves with the first that comes up. */
+  async #anyUp(): Promise<ManagedConnection | undefined> {
+    const attempts = this.#connections.map(async (c) => (await c.connect()) ? c : undefined);
+    return await Promise.any(
+      attempts.map(async (a) => (await a) ?? Promise.reject(new Error("down"))),
+    ).catch(() => undefined);
+  }
+
+  /** The connection to the node an `M` reply names, added if the client had none. */
+  #connectionFor(addressText: string): ManagedConnection | undefined {
+    let address: Address;
+    try {
+      address = parseAddress(addressText);
+    } catch {
+      return undefined;
+    }
+    const known = this.#connections.find((c) => c.address.key === address.key);
+    if (known !== undefined) return known;
+    const added = this.#add(address);
+    return added;
+  }
+}
