@@ -117,8 +117,8 @@ export class LockServer {
       // Only a cluster's active needs the change feed: a single node skips its cost.
       hooks: options.cluster === undefined ? ticketHooks : {
         ...ticketHooks,
-        held: (key, token, deadline) => this.#cluster?.held(key, token, deadline),
-        freed: (key, token) => this.#cluster?.freed(key, token),
+        held: (key, token, deadline) => this.#cluster?.stream.held(key, token, deadline),
+        freed: (key, token) => this.#cluster?.stream.freed(key, token),
       },
     });
     const ctx: SessionContext = {
@@ -182,7 +182,7 @@ export class LockServer {
     const self: { server?: LockServer } = {};
     const tokens = TokenStore.open(options.dataDir ?? "./lockd-data", {
       // A cluster's active announces every reserved block to its standbys before using it.
-      onReserve: (mark) => self.server?.cluster?.reserved(mark),
+      onReserve: (mark) => self.server?.cluster?.stream.reserved(mark),
       log: (message) => log.error(message),
     });
     let listener: Deno.TcpListener;

@@ -40,8 +40,10 @@ export class FreezeDetector {
     this.#lastTick = now;
   }
 
-  /** The freeze is over: the node may act again. */
-  clear(): void {
+  /** The freeze is over: the node may act again. Returns whether it was suspecting one. */
+  clear(): boolean {
+    const was = this.#since !== undefined;
     this.#since = undefined;
+    return was;
   }
 }

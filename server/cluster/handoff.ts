@@ -8,7 +8,7 @@
 
 import type { Refusal } from "../../client/codec.ts";
 import type { HandoffBegin } from "./peer_codec.ts";
-import type { Cancel, PeerNetwork, ReplicatedTable, Scheduler, TokenMark } from "./ports.ts";
+import type { Cancel, ClusterContext, ReplicatedTable, TokenMark } from "./ports.ts";
 import { remainingMs } from "./replication.ts";
 
 /** A holder carried by a `full` handover (`H key token remainingMs` lines). */
@@ -31,22 +31,6 @@ export interface PendingHandoff {
   readonly outcome: Promise<boolean>;
 }
 
-/** What the sender of a handover needs. */
-export interface HandoffContext {
-  /** The links to the peers. */
-  network: PeerNetwork;
-  /** Timers (the confirmation timeout). */
-  scheduler: Scheduler;
-  /** The table whose holders a `full` handover carries. */
-  table: ReplicatedTable;
-  /** Monotonic clock, ms. */
-  clock(): number;
-  /** How long to wait for `TAKEN`, ms. */
-  limitMs: number;
-  /** The successor did not confirm in time. */
-  failed(handoff: PendingHandoff): void;
-}
-
 /**
  * How long a sender waits for `TAKEN` (ms): a live successor confirms within a round trip;
  * a paused one must not cost a whole failover timeout before the next is tried.
@@ -57,12 +41,20 @@ export function handoffLimitMs(heartbeatMs: number, failoverTimeoutMs: number): 
 
 /** The sender's side of handovers: at most one at a time, confirmed by `TAKEN` or timed out. */
 export class Handoffs {
-  #ctx: HandoffContext;
+  #ctx: ClusterContext;
+  #limitMs: number;
+  #failed: (handoff: PendingHandoff) => void;
   #pending: (PendingHandoff & { cancel: Cancel; done(ok: boolean): void }) | undefined;
 
-  /** @param ctx Network, timers, table, clock, limit and the failure callback. */
-  constructor(ctx: HandoffContext) {
+  /**
+   * @param ctx The node's table (a `full` handover carries its holders), clock, links and timers.
+   * @param limitMs How long to wait for `TAKEN`, ms.
+   * @param failed Called when the successor did not confirm in time.
+   */
+  constructor(ctx: ClusterContext, limitMs: number, failed: (handoff: PendingHandoff) => void) {
     this.#ctx = ctx;
+    this.#limitMs = limitMs;
+    this.#failed = failed;
   }
 
   /** The handover under way, if any. */
@@ -77,11 +69,11 @@ export class Handoffs {
   start(to: string, header: Omit<HandoffBegin, "type">, leaving: boolean): Promise<boolean> {
     const { network, table } = this.#ctx;
     const { promise, resolve } = Promise.withResolvers<boolean>();
-    const cancel = this.#ctx.scheduler.after(this.#ctx.limitMs, () => {
+    const cancel = this.#ctx.scheduler.after(this.#limitMs, () => {
       const pending = this.#pending;
       if (pending === undefined) return;
       this.#pending = undefined;
-      this.#ctx.failed(pending);
+      this.#failed(pending);
       pending.done(false);
     });
     this.#pending = { to, leaving, outcome: promise, cancel, done: resolve };

@@ -53,7 +53,8 @@ export class ClusterNode implements PeerReceiver {
     activation: undefined,
     token: 0n,
   };
-  #stream: ReplicationStream;
+  /** The replication stream to the standbys while active: the lock table's change feed. */
+  readonly stream: ReplicationStream;
   #handoffs: Handoffs;
   #lastActiveSeen: number;
   /** After this process was frozen (SIGSTOP, a long pause): hold still until peers are heard. */
@@ -72,39 +73,25 @@ export class ClusterNode implements PeerReceiver {
     this.#lastActiveSeen = now;
     this.#freeze = new FreezeDetector(now, options.failoverTimeoutMs / 2);
     this.#peers = new PeerViews(options.peers, options.self, options.failoverTimeoutMs);
-    this.replica = new Replica({
-      table: port.table,
-      tokens: port.tokens,
-      clock: () => port.clock(),
+    const ctx = { ...io, table: port.table, tokens: port.tokens, clock: () => port.clock() };
+    this.replica = new Replica(ctx, {
       synced: (activation) => {
         this.#activation = activation;
         this.#announce();
       },
-      network: io.network,
       retryMs: options.failoverTimeoutMs,
     });
-    this.#handoffs = new Handoffs({
-      network: io.network,
-      scheduler: io.scheduler,
-      table: port.table,
-      clock: () => port.clock(),
-      limitMs: handoffLimitMs(options.heartbeatMs, options.failoverTimeoutMs),
-      failed: (handoff) => {
-        port.log.warn(`${handoff.to} did not take over in time`);
-        // A leaving node stays handing off: leave() tries the next standby.
-        if (handoff.leaving) return;
-        this.#setRole("active", "still active");
-        port.unpark();
-        port.resumeTimers();
-        this.#announce();
-      },
+    const limitMs = handoffLimitMs(options.heartbeatMs, options.failoverTimeoutMs);
+    this.#handoffs = new Handoffs(ctx, limitMs, (handoff) => {
+      port.log.warn(`${handoff.to} did not take over in time`);
+      // A leaving node stays handing off: leave() tries the next standby.
+      if (handoff.leaving) return;
+      this.#setRole("active", "still active");
+      port.unpark();
+      port.resumeTimers();
+      this.#announce();
     });
-    this.#stream = new ReplicationStream({
-      table: port.table,
-      tokens: port.tokens,
-      clock: () => port.clock(),
-      network: io.network,
-    });
+    this.stream = new ReplicationStream(ctx, () => this.#role === "active");
   }
 
   /** The current role. */
@@ -151,21 +138,6 @@ export class ClusterNode implements PeerReceiver {
     this.#checkFrozen();
     return this.#role !== "handing-off" &&
       !(this.#role === "active" && this.#freeze.since !== undefined);
-  }
-
-  /** Replication hook: `key` is held by `token` until `deadline`. */
-  held(key: string, token: bigint, deadline: number): void {
-    if (this.#role === "active") this.#stream.held(key, token, deadline);
-  }
-
-  /** Replication hook: `key` is free. */
-  freed(key: string, token: bigint): void {
-    if (this.#role === "active") this.#stream.freed(key, token);
-  }
-
-  /** Token hook: a new block up to `mark` is being reserved; announce it before use. */
-  reserved(mark: bigint): void {
-    if (this.#role === "active") this.#stream.reserved(mark);
   }
 
   /**
@@ -218,7 +190,7 @@ export class ClusterNode implements PeerReceiver {
 
   /** A peer link went down: it no longer receives the stream. */
   linkDown(address: string): void {
-    this.#stream.remove(address);
+    this.stream.remove(address);
   }
 
   // -- inbound messages (PeerReceiver) ------------------------------------------------
@@ -252,7 +224,7 @@ export class ClusterNode implements PeerReceiver {
   /** `SYNC` from `address`: send it a snapshot and the stream, if this node is active. */
   syncRequested(address: string): void {
     if (this.#role !== "active" || !this.#io.network.up(address)) return;
-    this.#stream.snapshot(address, this.#activation!, this.replica.floor);
+    this.stream.snapshot(address, this.#activation!, this.replica.floor);
   }
 
   /** Whether `address` is the active this node follows (its stream is to be applied). */
@@ -291,9 +263,8 @@ export class ClusterNode implements PeerReceiver {
       carried,
     );
     if (this.#role !== "active") this.#becomeActive(`took over from ${address}`);
-    else if (this.#freeze.since !== undefined) {
+    else if (this.#freeze.clear()) {
       // The other active's state is merged: nothing left to wait for.
-      this.#freeze.clear();
       this.#port.unpark();
       this.#port.resumeTimers();
     }
@@ -308,7 +279,7 @@ export class ClusterNode implements PeerReceiver {
     this.#activeAddress = address;
     this.replica.drop();
     this.#activation = undefined;
-    this.#stream.clear();
+    this.stream.clear();
     this.#setRole(handoff.leaving ? "leaving" : "standby", `handed over to ${address}`);
     this.#port.answerQueued(redirectTo(address));
     this.#port.unpark();
@@ -335,12 +306,9 @@ export class ClusterNode implements PeerReceiver {
       const waited = now - since >= this.#options.failoverTimeoutMs;
       if (!heard && !waited) return;
       const otherActive = live.some((p) => p.role === "active" || p.role === "handing-off");
-      if (!otherActive || waited) {
-        this.#freeze.clear();
-        if (this.#role === "active") {
-          this.#port.unpark();
-          this.#port.resumeTimers();
-        }
+      if ((!otherActive || waited) && this.#freeze.clear() && this.#role === "active") {
+        this.#port.unpark();
+        this.#port.resumeTimers();
       }
     }
     const decision = decide(this.#selfView(), live, this.#options.failoverTimeoutMs);
@@ -453,7 +421,7 @@ export class ClusterNode implements PeerReceiver {
       peersMark: this.#peers.highestMark(),
       clustered: this.#peers.size > 0,
       block: tokens.block,
-      wallMs: Date.now(),
+      wallMs: (this.#io.wallClock ?? Date.now)(),
     }));
     this.#predecessor = { ...this.replica.seen };
     this.#becomeActive(this.#peers.size === 0 ? "single node" : "promoted");
@@ -463,7 +431,7 @@ export class ClusterNode implements PeerReceiver {
     this.#activation = (this.#io.newActivation ?? randomActivation)();
     this.replica.own(this.#port.tokens.last);
     this.#activeAddress = this.#self;
-    this.#stream.clear();
+    this.stream.clear();
     this.#lastActiveSeen = this.#port.clock();
     this.#setRole("active", why);
     this.#port.unpark();
@@ -483,7 +451,7 @@ export class ClusterNode implements PeerReceiver {
     const peer = this.#peers.get(address);
     if (peer === undefined || !this.#io.network.up(address)) return Promise.resolve(false);
     // `sync` relies on the successor's replica: only for a standby this node streams to now.
-    const inSync = this.#stream.has(address) && peer.synced &&
+    const inSync = this.stream.has(address) && peer.synced &&
       peer.activation === this.#activation;
     this.#setRole("handing-off", `handing over to ${address}`);
     const tokens = this.#port.tokens;

@@ -88,8 +88,24 @@ export interface ClusterIo {
   network: PeerNetwork;
   /** Timers. */
   scheduler: Scheduler;
-  /** A new activation id (random). */
+  /** A new activation id. Default: 8 random hex digits. */
   newActivation?: () => string;
+  /** The wall clock, ms since the epoch (token succession). Default `Date.now`. */
+  wallClock?: () => number;
+}
+
+/** What the parts of a node share: its table, tokens, clock, links and timers. */
+export interface ClusterContext {
+  /** The lock table. */
+  table: ReplicatedTable;
+  /** The token mark. */
+  tokens: TokenMark;
+  /** Monotonic clock, ms. */
+  clock(): number;
+  /** The links to the peers. */
+  network: PeerNetwork;
+  /** Timers. */
+  scheduler: Scheduler;
 }
 
 /** A function that cancels a scheduled callback. */

@@ -6,20 +6,12 @@
  * @module
  */
 
-import type { PeerNetwork, ReplicatedTable, TokenMark } from "./ports.ts";
+import type { ClusterContext } from "./ports.ts";
 
-/** What a {@linkcode Replica} writes to. */
-export interface ReplicaContext {
-  /** The lock table. */
-  table: ReplicatedTable;
-  /** The token mark. */
-  tokens: TokenMark;
-  /** Monotonic clock, ms. */
-  clock(): number;
+/** Options of {@linkcode Replica}. */
+export interface ReplicaOptions {
   /** The snapshot of `activation` is complete: this node is in sync with it. */
   synced(activation: string): void;
-  /** The links to the peers (to ask the active for a snapshot). */
-  network: PeerNetwork;
   /** Least time between two requests for a snapshot, ms (the failover timeout). */
   retryMs: number;
 }
@@ -40,12 +32,14 @@ export class Replica {
   floor = 0n;
   /** The activation it replicated and the highest token it saw from it. */
   seen: { activation: string | undefined; token: bigint } = { activation: undefined, token: 0n };
-  #ctx: ReplicaContext;
+  #ctx: ClusterContext;
+  #options: ReplicaOptions;
   #requestedAt = -Infinity;
 
-  /** @param ctx The table and tokens to write, the clock, and who to tell when in sync. */
-  constructor(ctx: ReplicaContext) {
+  /** @param ctx The node's table, tokens, clock and links. @param options Settings. */
+  constructor(ctx: ClusterContext, options: ReplicaOptions) {
     this.#ctx = ctx;
+    this.#options = options;
   }
 
   /** `SNAP`: a snapshot begins; the table is cleared. */
@@ -79,7 +73,7 @@ export class Replica {
   end(activation: string): void {
     this.synced = true;
     this.complete = true;
-    this.#ctx.synced(activation);
+    this.#options.synced(activation);
   }
 
   /** The stream broke: no longer in sync, but the replica is kept (the best state there is). */
@@ -93,7 +87,7 @@ export class Replica {
    */
   request(active: string, now: number): void {
     if (this.synced || !this.#ctx.network.up(active)) return;
-    if (now - this.#requestedAt < this.#ctx.retryMs) return;
+    if (now - this.#requestedAt < this.#options.retryMs) return;
     this.#requestedAt = now;
     this.#ctx.network.send(active, { type: "SYNC" });
   }

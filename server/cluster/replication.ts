@@ -7,19 +7,7 @@
  * @module
  */
 
-import type { PeerNetwork, ReplicatedTable, TokenMark } from "./ports.ts";
-
-/** What the stream reads from the node it runs in. */
-export interface ReplicationContext {
-  /** The lock table. */
-  table: ReplicatedTable;
-  /** The token mark. */
-  tokens: TokenMark;
-  /** Monotonic clock, ms. */
-  clock(): number;
-  /** The links to the standbys. */
-  network: PeerNetwork;
-}
+import type { ClusterContext } from "./ports.ts";
 
 /** Lease left, as it crosses the wire: whole milliseconds, at least 1. */
 export function remainingMs(deadline: number, now: number): number {
@@ -28,12 +16,17 @@ export function remainingMs(deadline: number, now: number): number {
 
 /** The standbys this active node streams to, and the stream itself. */
 export class ReplicationStream {
-  #ctx: ReplicationContext;
+  #ctx: ClusterContext;
+  #streaming: () => boolean;
   #replicas = new Set<string>();
 
-  /** @param ctx The table, tokens, clock and network of the node. */
-  constructor(ctx: ReplicationContext) {
+  /**
+   * @param ctx The node's table, tokens, clock and links.
+   * @param streaming Whether changes are streamed now (only while this node is active).
+   */
+  constructor(ctx: ClusterContext, streaming: () => boolean) {
     this.#ctx = ctx;
+    this.#streaming = streaming;
   }
 
   /** Whether `address` receives the stream. */
@@ -69,20 +62,20 @@ export class ReplicationStream {
 
   /** `key` is held by `token` until `deadline` (a grant, a handover to a waiter, an extend). */
   held(key: string, token: bigint, deadline: number): void {
-    if (this.#replicas.size === 0) return;
+    if (this.#replicas.size === 0 || !this.#streaming()) return;
     const ms = remainingMs(deadline, this.#ctx.clock());
     this.#ctx.network.broadcast(this.#replicas, { type: "H", key, token, remainingMs: ms });
   }
 
   /** `key` is free. */
   freed(key: string, token: bigint): void {
-    if (this.#replicas.size === 0) return;
+    if (this.#replicas.size === 0 || !this.#streaming()) return;
     this.#ctx.network.broadcast(this.#replicas, { type: "F", key, token });
   }
 
   /** A token block up to `mark` is being reserved: announced before any token of it is used. */
   reserved(mark: bigint): void {
-    if (this.#replicas.size === 0) return;
+    if (this.#replicas.size === 0 || !this.#streaming()) return;
     this.#ctx.network.broadcast(this.#replicas, { type: "W", mark });
   }
 
