@@ -26,7 +26,7 @@ export type { LockClientOptions };
 export interface ClientInternals {
   /** Sends one request line with the client's retry rules; resolves with the final reply. */
   exchange(op: string, key: string, line: string): Promise<Reply>;
-  /** Releases a grant with the release retry of SPEC §3. */
+  /** Releases a grant with the release retry of docs/client.md. */
   release(key: string, token: bigint): Promise<void>;
 }
 

@@ -66,7 +66,7 @@ export class LockTimeoutError extends LockError {
 
 /**
  * No usable connection: every registered connection was tried (as many attempts as there
- * are connections, SPEC §3) and none could carry the request, or the cluster had no
+ * are connections, docs/client.md) and none could carry the request, or the cluster had no
  * reachable active node within the client's `retryTimeoutMs`.
  *
  * @example Catching unavailability

@@ -12,7 +12,7 @@ import { LockLostError, LockUnavailableError } from "./errors.ts";
 export interface LockOwner {
   /** Sends `X`; resolves `true` on `X`, `false` on `N`. */
   extend(key: string, token: bigint, leaseMs: number): Promise<boolean>;
-  /** Sends `R` with the retry policy of SPEC §3. */
+  /** Sends `R` with the retry policy of docs/client.md. */
   release(key: string, token: bigint): Promise<void>;
   /** Forgets a lock that is released or lost. */
   forget(lock: LockHandle): void;
@@ -40,7 +40,7 @@ function safetyMargin(leaseMs: number): number {
 
 /**
  * A granted lock. Keep using the protected resource only while `signal` has not fired, and
- * pass `token` to the resource so it can refuse stale writers (SPEC §5). Obtained from
+ * pass `token` to the resource so it can refuse stale writers (docs/cluster.md, "Consistency, stated plainly"). Obtained from
  * `LockClient.acquire`, `tryAcquire` or `withLock`.
  *
  * @example Holding a lock
@@ -99,7 +99,7 @@ export interface Lock extends AsyncDisposable {
   extend(lease?: number): Promise<void>;
   /**
    * Releases the lock. Renewal stops at once (synchronously); the release is retried for
-   * 5 s every 200 ms if no connection can carry it (SPEC §3). An `N` reply also ends it: the
+   * 5 s every 200 ms if no connection can carry it (docs/client.md). An `N` reply also ends it: the
    * lock is gone either way. Calling it again returns the same promise.
    *
    * @throws {LockUnavailableError} If no node could be reached for 5 s (the lease will
@@ -192,7 +192,7 @@ export class LockHandle implements Lock {
 
   /**
    * Releases the lock. Renewal stops at once (synchronously); the release is retried for
-   * 5 s every 200 ms if no connection can carry it (SPEC §3). An `N` reply also ends it: the
+   * 5 s every 200 ms if no connection can carry it (docs/client.md). An `N` reply also ends it: the
    * lock is gone either way. Calling it again returns the same promise.
    *
    * @throws {LockUnavailableError} If no node could be reached for 5 s (the lease will

@@ -31,7 +31,7 @@ interface Counter {
 }
 
 /**
- * The resource-side fence (SPEC §5): read-check-write under the file system's own lock (the
+ * The resource-side fence (docs/cluster.md, "Consistency, stated plainly"): read-check-write under the file system's own lock (the
  * storage's atomicity, as a database row lock would be), accepting a write only if its token
  * is above the last token written.
  */

@@ -1,5 +1,5 @@
 /**
- * The command line of SPEC §6: flags, their `LOCKD_*` environment variables, validation and
+ * The command line of docs/server.md: flags, their `LOCKD_*` environment variables, validation and
  * the `--help` page. Pure: turns arguments and an environment into a {@linkcode Config} or
  * a {@linkcode UsageError}; `main.ts` does the I/O.
  *

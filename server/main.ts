@@ -1,5 +1,5 @@
 /**
- * lockd's command line (SPEC §6): `deno run -A server/main.ts [options]`, or the binary
+ * lockd's command line (docs/server.md): `deno run -A server/main.ts [options]`, or the binary
  * built by `deno task compile`. Prints one ready line on stdout, everything else on stderr;
  * exits 0 after SIGINT/SIGTERM, 1 when it cannot run, 2 on a bad command line.
  *

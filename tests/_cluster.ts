@@ -1,5 +1,5 @@
 /**
- * Test helpers for lockd clusters (SPEC §4): N real `server/main.ts` processes on 127.0.0.1,
+ * Test helpers for lockd clusters (docs/cluster.md): N real `server/main.ts` processes on 127.0.0.1,
  * each on a free port with its own data directory, started with the same `--peers` list.
  * A member can be killed (`SIGKILL`), stopped gracefully (`SIGTERM`), paused (`SIGSTOP`),
  * resumed (`SIGCONT`) and restarted on the same port and data directory. Who is active is

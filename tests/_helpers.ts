@@ -370,7 +370,7 @@ async function removeDir(dir: string): Promise<void> {
   }
 }
 
-/** The largest fencing token, 2^64-1 (SPEC §1). */
+/** The largest fencing token, 2^64-1 (docs/protocol.md, "Semantics"). */
 export const MAX_TOKEN = 18446744073709551615n;
 
 /**

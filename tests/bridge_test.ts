@@ -1,5 +1,5 @@
 /**
- * Tests of the WebSocket bridge (issue 5, SPEC §2–§3) from Deno, without a browser: a real
+ * Tests of the WebSocket bridge (issue 5, docs/protocol.md and docs/client.md) from Deno, without a browser: a real
  * lockd process (`server/main.ts` on a free port) behind a bridge made in this process with
  * `serveBridge()` / `createBridgeHandler()` (or by `--bridge`), reached with `LockClient`
  * over `ws://`, with raw WebSockets (one line per text frame), and with plain HTTP requests

@@ -1,5 +1,5 @@
 /**
- * Tests of the command line (SPEC §6): `parseConfig()` in-process, then the real
+ * Tests of the command line (docs/server.md): `parseConfig()` in-process, then the real
  * `server/main.ts` process for `--help`, `--version`, exit codes and the ready line.
  */
 
@@ -28,7 +28,7 @@ function usageError(args: string[], vars: Record<string, string> = {}): string {
   return caught.message;
 }
 
-Deno.test("parseConfig() gives the defaults of SPEC §6", () => {
+Deno.test("parseConfig() gives the defaults of docs/server.md", () => {
   const config = parseConfig([], envOf());
   const expected: Config = {
     help: false,
@@ -408,7 +408,7 @@ Deno.test("main --help exits 0 with a man page on stdout", async () => {
   assert.match(exitStatus, /^\s+0\s/m);
   assert.match(exitStatus, /^\s+1\s/m);
   assert.match(exitStatus, /^\s+2\s/m);
-  // The defaults of SPEC §6 are shown.
+  // The defaults of docs/server.md are shown.
   assert.match(stdout, /127\.0\.0\.1:7321/);
   assert.match(stdout, /86400/);
   assert.match(stdout, /lockd-data/);

@@ -1,6 +1,6 @@
 /**
  * `LockClient` against a scripted fake server (tests/_fake_server.ts): connection handling
- * of SPEC §3 (two connections, round-robin, pipelining, moves, reconnection, release
+ * of docs/client.md (two connections, round-robin, pipelining, moves, reconnection, release
  * retries, `M` redirects), the reply-to-error mapping, abort, auto-extension and close(),
  * forced through drops mid-request, out-of-order replies, redirects, `E` and silence.
  *
@@ -694,7 +694,7 @@ Deno.test("LockClient rejects an invalid key, lease or wait with TypeError and s
 });
 
 Deno.test("LockClient writes leases and waits as plain decimal seconds, or refuses them", async () => {
-  // SPEC §2: lease and wait match [0-9]+(\.[0-9]+)?; a huge number must not go out as "1e+21".
+  // docs/protocol.md: lease and wait match [0-9]+(\.[0-9]+)?; a huge number must not go out as "1e+21".
   await using server = await FakeServer.start();
   server.handler = (r) => void r.reply("E", "lease must be at most 86400 seconds");
   await using client = await readyClient(server.address);
@@ -769,7 +769,7 @@ Deno.test("LockClient drops a connection that sends a malformed reply, and moves
 Deno.test("LockClient answers T at the wait when the server holds the T behind an earlier acquire", async () => {
   await using server = await FakeServer.start();
   // Acquires of "k" queue forever, as behind a long-held lock: the server never answers them,
-  // and (SPEC §2 ordering) a later T for "k" on the same connection would come after them.
+  // and (docs/protocol.md ordering) a later T for "k" on the same connection would come after them.
   server.handler = () => {};
   await using client = await readyClient(server.address);
   const queued = [client.acquire("k"), client.acquire("k")].map((p) => p.catch((e) => e));

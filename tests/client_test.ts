@@ -1,5 +1,5 @@
 /**
- * Tests of `LockClient` (issue 3, SPEC §1–§3) against the real server: a `server/main.ts`
+ * Tests of `LockClient` (issue 3, docs/protocol.md and docs/client.md) against the real server: a `server/main.ts`
  * process on a free port, reached directly or through a TCP proxy that can cut connections.
  * Only the public API of `mod.ts` is used.
  */

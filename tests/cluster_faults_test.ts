@@ -1,5 +1,5 @@
 /**
- * Regression tests for cluster faults found in review (SPEC §1, §4, §5; docs/cluster.md):
+ * Regression tests for cluster faults found in review (docs/protocol.md, "Semantics"; docs/cluster.md):
  * requests parked on a frozen active, merges after SIGSTOP/SIGCONT, FIFO across a handoff,
  * stale handoffs and replicas after a pause, a paused successor on SIGTERM, tokens after a
  * full crash, and a partial partition (peer links held back by a proxy in front of each
@@ -58,7 +58,7 @@ async function firstGrantOn(
 // Requests parked on a frozen active
 
 Deno.test("cluster fault: a request parked on a frozen active whose connection closed is never granted", async () => {
-  // SPEC §1: a lock is never granted to a closed connection. The requests reach the active
+  // docs/protocol.md, "Semantics": a lock is never granted to a closed connection. The requests reach the active
   // while it is paused (they wait in its socket buffer), their clients give up and close;
   // when it wakes it parks them (it knows it was frozen) until the interim active's state is
   // merged, and must then drop them, not grant them.
@@ -352,7 +352,7 @@ Deno.test("cluster fault: a stale higher-priority replica does not beat a freshe
 // Tokens after a full crash
 
 Deno.test("cluster fault: after a full crash, the node that died first comes back alone above every token issued", async () => {
-  // SPEC §1: tokens never go back, across failover and restarts. A dies first and misses
+  // docs/protocol.md, "Semantics": tokens never go back, across failover and restarts. A dies first and misses
   // B's and C's activations; then the whole cluster is down and A alone comes back. It
   // never heard of the later tokens: the wall-clock floor must put it above them.
   await Cluster.run(3, async (cluster) => {

@@ -1,5 +1,5 @@
 /**
- * Black-box tests of the cluster (SPEC §4, §5; issue 4): real `server/main.ts` processes on
+ * Black-box tests of the cluster (docs/cluster.md; issue 4): real `server/main.ts` processes on
  * 127.0.0.1 started with the same `--peers` list and the default timings (heartbeat 0.1 s,
  * failover timeout 1 s), killed, stopped, paused and restarted, reached by raw TCP and by
  * `LockClient` given every peer address.
@@ -218,7 +218,7 @@ for (const size of SIZES) {
 
 Deno.test("cluster (3 nodes) keeps its holders when the killed active restarts at once", async () => {
   // A supervisor (systemd Restart=always) brings the crashed active back within the failover
-  // timeout, with an empty lock table. SPEC §4: the highest-priority live standby promotes,
+  // timeout, with an empty lock table. docs/cluster.md: the highest-priority live standby promotes,
   // and a returning node never takes over with empty state.
   await Cluster.run(3, async (cluster) => {
     const crashed = await assertColdStart(cluster);
@@ -312,7 +312,7 @@ Deno.test("cluster (3 nodes) continues above a burst of 1,000 grants after an im
 });
 
 Deno.test("cluster (3 nodes) never reuses a token when a standby alone restarts after a full crash", async () => {
-  // SPEC §1: tokens never go back, across restarts of the whole cluster. A new active
+  // docs/protocol.md, "Semantics": tokens never go back, across restarts of the whole cluster. A new active
   // announces its reserved mark (its heartbeats carry it, sent as it becomes active) before
   // it issues from it; the standby that heard it must not issue below it after a crash,
   // even if the whole cluster went down before it re-synced from the new active.

@@ -1,5 +1,5 @@
 /**
- * Tests of the wire codec (SPEC §2): request and reply parsing and formatting, seconds,
+ * Tests of the wire codec (docs/protocol.md): request and reply parsing and formatting, seconds,
  * tokens and keys. Pure: no sockets. Line endings are stripped by the connection layer, so
  * they are not tested here.
  */
@@ -51,7 +51,7 @@ function accepted(line: string, options?: { maxLeaseMs?: number }): Request {
   return result;
 }
 
-Deno.test("constants match SPEC §2", () => {
+Deno.test("constants match docs/protocol.md", () => {
   assert.equal(MAX_TOKEN, 2n ** 64n - 1n);
   assert.equal(MAX_TOKEN, 18446744073709551615n);
   assert.equal(MAX_KEY_BYTES, 250);
@@ -311,7 +311,7 @@ Deno.test("parseRequest() rejects a bad lease", async (t) => {
     assert.equal(rejected("A k 0 1").message, "lease must be a positive number of seconds");
     assert.equal(rejected("X k 1 0").message, "lease must be a positive number of seconds");
   });
-  await t.step("lease -1 is the SPEC example", () => {
+  await t.step("lease -1 is the protocol example", () => {
     assert.deepEqual(rejected("A orders:17 -1 5"), {
       kind: "E",
       op: "A",
@@ -668,7 +668,7 @@ Deno.test("parseSeconds() returns NaN for anything but [0-9]+(.[0-9]+)?", () => 
 
 Deno.test("parseSeconds() never rounds down a large value", () => {
   // The result must be Infinity (too large to count exactly) or at least the exact value:
-  // SPEC §2 says seconds convert to ms rounding up, never down.
+  // docs/protocol.md says seconds convert to ms rounding up, never down.
   const samples = [
     "99999999999999999999999",
     "1000000000000000",
@@ -829,7 +829,7 @@ Deno.test("formatRequest() and parseRequest() round-trip", async (t) => {
   });
 });
 
-Deno.test("parseReply() parses every reply form of SPEC §2", async (t) => {
+Deno.test("parseReply() parses every reply form of docs/protocol.md", async (t) => {
   const cases: [string, Reply][] = [
     ["A orders:17 A 1042", { op: "A", key: "orders:17", status: "A", token: 1042n }],
     ["A k A 1", { op: "A", key: "k", status: "A", token: 1n }],
@@ -912,7 +912,7 @@ Deno.test("parseReply() returns undefined for garbage", async (t) => {
 });
 
 Deno.test("parseReply() rejects a status that does not belong to the op", () => {
-  // SPEC §2 pairs statuses with ops: A→A|T, R→R|N, X→X|N; M and E for any op.
+  // docs/protocol.md pairs statuses with ops: A→A|T, R→R|N, X→X|N; M and E for any op.
   for (
     const line of [
       "R k A 5",

@@ -1,5 +1,5 @@
 /**
- * Unit tests of the pure election rules of `server/cluster/election.ts` (SPEC §4): who
+ * Unit tests of the pure election rules of `server/cluster/election.ts` (docs/cluster.md): who
  * promotes, who follows whom, when an active hands over, and whom a leaving active picks.
  * No sockets, no clocks: views in, decisions out.
  */

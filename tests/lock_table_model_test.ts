@@ -28,7 +28,7 @@ interface Req {
 }
 
 // ---------------------------------------------------------------------------------------
-// Reference model: the rules of SPEC §1, written as plainly as possible.
+// Reference model: the rules of docs/protocol.md, "Semantics", written as plainly as possible.
 // ---------------------------------------------------------------------------------------
 
 interface ModelLock {

@@ -1,5 +1,5 @@
 /**
- * Unit tests of the lock rules (SPEC §1) on the pure lock table, with a fake clock and a
+ * Unit tests of the lock rules (docs/protocol.md, "Semantics") on the pure lock table, with a fake clock and a
  * counter for fencing tokens. Every hook call is logged as a line so that whole outcomes
  * can be compared at once.
  *

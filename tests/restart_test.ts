@@ -1,5 +1,5 @@
 /**
- * Black-box tests of restarts and shutdown (SPEC §1 token monotonicity, §6 signals): real
+ * Black-box tests of restarts and shutdown (docs/protocol.md, "Semantics": token monotonicity; docs/server.md: signals): real
  * `server/main.ts` processes started, stopped and killed on one data directory.
  */
 

@@ -1,5 +1,5 @@
 /**
- * Black-box tests of the server's limits and robustness (SPEC §2, §6): line length,
+ * Black-box tests of the server's limits and robustness (docs/protocol.md, docs/server.md): line length,
  * `--max-connections`, clients that never read, bad bytes, huge numbers, long leases.
  */
 
@@ -410,7 +410,7 @@ Deno.test("server bounds the replies it holds behind a queued acquire", async ()
     const holder = await clients.connect();
     parseGrant(await holder.request("A held:1 86400 0"), "held:1");
     // A queued acquire, then ~80 MB of same-key requests whose E replies must wait behind
-    // it (SPEC §2 ordering): the server must stop reading rather than hold them all.
+    // it (docs/protocol.md ordering): the server must stop reading rather than hold them all.
     const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.port });
     const bad = `A held:1 -1 5.${"0".repeat(3990)}\n`;
     const payload = encoder.encode("A held:1 30 0\n" + bad.repeat(20_000));

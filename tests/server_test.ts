@@ -1,5 +1,5 @@
 /**
- * Black-box tests of the wire protocol and the lock rules (SPEC §1, §2): a real
+ * Black-box tests of the wire protocol and the lock rules (docs/protocol.md): a real
  * `server/main.ts` process on a free port, spoken to with raw lines over TCP.
  */
 
@@ -31,7 +31,7 @@ const elapsedSince = (start: number) => performance.now() - start;
 
 // ---------------------------------------------------------------------------------------
 
-Deno.test("server answers the example exchanges of SPEC §2", async (t) => {
+Deno.test("server answers the example exchanges of docs/protocol.md", async (t) => {
   await withServer({}, async (_server, clients) => {
     const a = await clients.connect();
     const b = await clients.connect();

@@ -1,5 +1,5 @@
 /**
- * Tests of the fencing-token high-water mark (SPEC §1): `TokenStore` in-process, then the
+ * Tests of the fencing-token high-water mark (docs/protocol.md, "Semantics"): `TokenStore` in-process, then the
  * real server process for crashes, corrupt or unusable data directories and exhaustion.
  */
 

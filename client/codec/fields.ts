@@ -5,16 +5,16 @@
  * @module
  */
 
-/** Largest fencing token: 2^64 - 1 (tokens are u64, SPEC §1). */
+/** Largest fencing token: 2^64 - 1 (tokens are u64, docs/protocol.md, "Semantics"). */
 export const MAX_TOKEN = 18446744073709551615n;
 
-/** Longest key, in UTF-8 bytes (SPEC §2). */
+/** Longest key, in UTF-8 bytes (docs/protocol.md). */
 export const MAX_KEY_BYTES = 250;
 
-/** Longest line, in bytes, without its line ending (SPEC §2). */
+/** Longest line, in bytes, without its line ending (docs/protocol.md). */
 export const MAX_LINE_BYTES = 4096;
 
-/** Default `--max-lease` of the server, in milliseconds (86400 s, SPEC §6). */
+/** Default `--max-lease` of the server, in milliseconds (86400 s, docs/server.md). */
 export const DEFAULT_MAX_LEASE_MS = 86_400_000;
 
 const SECONDS = /^[0-9]+(?:\.[0-9]+)?$/;
@@ -49,7 +49,7 @@ export function utf8Length(text: string): number {
 }
 
 /**
- * Why `key` is not a valid key (SPEC §2: 1–250 bytes of UTF-8, no whitespace or control
+ * Why `key` is not a valid key (docs/protocol.md: 1–250 bytes of UTF-8, no whitespace or control
  * characters), or `undefined` when it is valid.
  *
  * @example Checking a key

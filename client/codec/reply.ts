@@ -8,7 +8,7 @@
 
 import { parseToken } from "./fields.ts";
 
-/** Status letters of a reply (SPEC §2). */
+/** Status letters of a reply (docs/protocol.md). */
 export type Status = "A" | "T" | "R" | "X" | "N" | "M" | "E";
 
 /** A reply line, split into its parts. */
@@ -46,7 +46,7 @@ export function formatReply(reply: Reply): string {
 
 /**
  * Parses a reply line (without line ending). Returns `undefined` for a line that is not a
- * reply of SPEC §2, so a client can treat it as a protocol error.
+ * reply of docs/protocol.md, so a client can treat it as a protocol error.
  *
  * @example Parsing replies
  * ```ts

@@ -128,7 +128,7 @@ const LEASE_RULE = "lease must be a positive number of seconds";
 const WAIT_RULE = "wait must be a number of seconds, 0 or more";
 
 /**
- * Parses one request line (without its line ending) per SPEC §2. Never throws: a line that
+ * Parses one request line (without its line ending) per docs/protocol.md. Never throws: a line that
  * is not a valid request yields a {@linkcode RequestError} with the fields to echo and the
  * reason. Empty lines are the caller's to skip.
  *

@@ -1,5 +1,5 @@
 /**
- * Who should be active (SPEC §4), as a pure function of what one node knows: its own state
+ * Who should be active (docs/cluster.md), as a pure function of what one node knows: its own state
  * and the last heartbeat of each live peer. Priority promotion without quorum:
  *
  * - Among live nodes, the highest-priority one holding a replica of the last active's state

@@ -78,7 +78,7 @@ export interface Holder {
 }
 
 /**
- * Holders, queues, leases and wait limits for every key (SPEC §1).
+ * Holders, queues, leases and wait limits for every key (docs/protocol.md, "Semantics").
  *
  * @example Acquire, queue, release
  * ```ts
@@ -173,7 +173,7 @@ export class LockTable<T> {
    * Acquires `key`: granted at once if free (whatever `waitMs`), otherwise queued behind the
    * current waiters, in FIFO order.
    *
-   * @param key A valid key (SPEC §2).
+   * @param key A valid key (docs/protocol.md).
    * @param leaseMs Lease in ms, > 0.
    * @param waitMs Longest queueing time in ms; 0 = no limit.
    * @param ticket The caller's context, handed back to the hooks.
