@@ -5,28 +5,16 @@
  * @module
  */
 
+import { freePorts, sleep } from "../tests/_net.ts";
+
+export { freePorts, sleep };
+
 const ROOT = new URL("..", import.meta.url).pathname;
 const SERVER_MAIN = `${ROOT}server/main.ts`;
 const FLOOR_MAIN = `${ROOT}bench/floor_server.ts`;
 const READY_TIMEOUT_MS = 15_000;
 const STOP_TIMEOUT_MS = 10_000;
 const TAIL_CHARS = 4000;
-
-/** Resolves after `ms` milliseconds. */
-export function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-/** `count` distinct ports that were free a moment ago on 127.0.0.1. */
-export function freePorts(count: number): number[] {
-  const listeners = Array.from(
-    { length: count },
-    () => Deno.listen({ hostname: "127.0.0.1", port: 0 }),
-  );
-  const ports = listeners.map((l) => l.addr.port);
-  for (const l of listeners) l.close();
-  return ports;
-}
 
 /** Output of a command, or `undefined` if it cannot run. */
 export async function commandOutput(cmd: string, args: string[]): Promise<string | undefined> {

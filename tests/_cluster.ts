@@ -12,6 +12,9 @@
  */
 
 import { LineClient, spawnMain } from "./_helpers.ts";
+import { freePorts, sleep } from "./_net.ts";
+
+export { freePorts, sleep };
 
 /** Prefix of every data directory made here (and so of the nodes' command lines). */
 export const DATA_DIR_PREFIX = "lockd-cluster-test-";
@@ -21,11 +24,6 @@ const READY_TIMEOUT_MS = 15_000;
 
 /** Pause between two rounds of probes. */
 const POLL_MS = 25;
-
-/** Resolves after `ms` milliseconds. */
-export function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
 
 /**
  * Settles like `promise`, or rejects with `what` after `ms` (the promise keeps running: it
@@ -37,17 +35,6 @@ export function within<T>(promise: Promise<T>, ms: number, what: string): Promis
     timer = setTimeout(() => reject(new Error(`timed out after ${ms} ms: ${what}`)), ms);
   });
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
-}
-
-/** `count` distinct ports that were free a moment ago on 127.0.0.1. */
-export function freePorts(count: number): number[] {
-  const listeners = Array.from(
-    { length: count },
-    () => Deno.listen({ hostname: "127.0.0.1", port: 0 }),
-  );
-  const ports = listeners.map((l) => l.addr.port);
-  for (const l of listeners) l.close();
-  return ports;
 }
 
 /** One run of a node's process. */

@@ -13,6 +13,7 @@
  */
 
 import { Acceptor } from "./_acceptor.ts";
+import { readLines } from "./_net.ts";
 import { Waiters } from "./_waiters.ts";
 
 const encoder = new TextEncoder();
@@ -174,29 +175,15 @@ export class FakeConnection {
   }
 
   async #read(): Promise<void> {
-    const decoder = new TextDecoder();
-    const buf = new Uint8Array(16 * 1024);
-    let pending = "";
-    try {
-      for (;;) {
-        const n = await this.#conn.read(buf);
-        if (n === null) break;
-        pending += decoder.decode(buf.subarray(0, n), { stream: true });
-        for (let nl = pending.indexOf("\n"); nl >= 0; nl = pending.indexOf("\n")) {
-          const line = pending.slice(0, nl).replace(/\r$/, "");
-          pending = pending.slice(nl + 1);
-          if (line === "?" && this.#server.answerPings) {
-            // The client's latency probe (an unknown op): answered as lockd would, not logged.
-            this.send("? - E unknown op");
-            continue;
-          }
-          this.lines.push(line);
-          this.#server.received(this, line);
-        }
+    await readLines(this.#conn, (line) => {
+      if (line === "?" && this.#server.answerPings) {
+        // The client's latency probe (an unknown op): answered as lockd would, not logged.
+        this.send("? - E unknown op");
+        return;
       }
-    } catch {
-      // Closed by us, or reset by the peer.
-    }
+      this.lines.push(line);
+      this.#server.received(this, line);
+    }, { stripCr: true, bufferBytes: 16 * 1024 });
     await this.#writes.catch(() => {});
     this.#closeNow();
   }

@@ -7,6 +7,7 @@
 
 import assert from "node:assert/strict";
 import { setTimeout as delay } from "node:timers/promises";
+import { readLines } from "./_net.ts";
 
 const ROOT = new URL("../", import.meta.url);
 const MAIN = new URL("server/main.ts", ROOT).pathname;
@@ -262,24 +263,7 @@ export class LineClient {
   }
 
   async #read(): Promise<void> {
-    // ignoreBOM: a U+FEFF the server echoes at the start of the stream is part of the line.
-    const decoder = new TextDecoder("utf-8", { ignoreBOM: true });
-    const buf = new Uint8Array(64 * 1024);
-    let pending = "";
-    try {
-      for (;;) {
-        const n = await this.#conn.read(buf);
-        if (n === null) break;
-        pending += decoder.decode(buf.subarray(0, n), { stream: true });
-        let nl;
-        while ((nl = pending.indexOf("\n")) >= 0) {
-          this.#push(pending.slice(0, nl));
-          pending = pending.slice(nl + 1);
-        }
-      }
-    } catch {
-      // Closed.
-    }
+    await readLines(this.#conn, (line) => this.#push(line));
     this.#eof = true;
     this.#waiting?.(null);
   }
