@@ -45,6 +45,7 @@ export {
   type RequestError,
 } from "./codec/request.ts";
 export {
+  echoId,
   errorReply,
   extendReply,
   formatReply,

@@ -64,6 +64,9 @@ export class LineReader {
    */
   commit(n: number): boolean {
     if (this.#stopped) return false;
+    // A read of 0 bytes (not the end of the stream): nothing new. Searching from `end - 1`
+    // with an empty buffer would search the whole buffer and replay the previous lines.
+    if (n === 0) return true;
     const buf = this.#buf;
     const end = this.#kept + n;
     const lastNewline = buf.lastIndexOf(10, end - 1);

@@ -86,6 +86,7 @@ export class LineWriter {
   /** Drops what is queued and writes nothing more. */
   discard(): void {
     this.#failed = true;
+    this.#held -= this.#outUnits;
     this.#out = [];
     this.#outUnits = 0;
     this.#buf = null;

@@ -9,7 +9,7 @@
  */
 
 import type { Address } from "./address.ts";
-import { parseReply, PROBE, type Reply } from "./codec.ts";
+import { echoId, parseReply, PROBE, type Reply } from "./codec.ts";
 import type { Connect, Transport } from "./transport.ts";
 
 /** The connection dropped (or could not be used) while a request was outstanding. */
@@ -112,7 +112,7 @@ export class ManagedConnection {
 
   /** Whether a request with this (op, key) is outstanding here. */
   outstanding(op: string, key: string): boolean {
-    return this.#pending.has(`${op} ${key}`);
+    return this.#pending.has(echoId(op, key));
   }
 
   /**
@@ -135,7 +135,7 @@ export class ManagedConnection {
     const transport = this.#transport;
     if (transport === undefined) return Promise.reject(new ConnectionLost(this.address.key));
     return new Promise<Reply>((settled, reject) => {
-      const id = `${op} ${key}`;
+      const id = echoId(op, key);
       // Silence is measured from now if nothing was outstanding: idle time is not silence.
       if (this.#outstanding === 0) this.#lastReceived = performance.now();
       this.#outstanding++;
@@ -244,14 +244,14 @@ export class ManagedConnection {
       this.#transport?.close();
       return;
     }
-    const queue = this.#pending.get(`${reply.op} ${reply.key}`);
+    const queue = this.#pending.get(echoId(reply.op, reply.key));
     const pending = queue?.shift();
     if (pending === undefined) {
       // `- - E ...` (too many connections, line too long) precedes a close: keep the reason.
       if (reply.status === "E") this.#lastError = reply.text;
       return;
     }
-    if (queue!.length === 0) this.#pending.delete(`${reply.op} ${reply.key}`);
+    if (queue!.length === 0) this.#pending.delete(echoId(reply.op, reply.key));
     pending.resolve(reply);
   }
 

@@ -13,11 +13,10 @@ import { Acceptor } from "./accept.ts";
 import { Batch } from "./batch.ts";
 import type { HostPort } from "./cli.ts";
 import type { Role } from "./cluster/election.ts";
-import { TcpPeerNetwork } from "./cluster/network.ts";
+import { realScheduler, TcpPeerNetwork } from "./cluster/network.ts";
 import { ClusterNode } from "./cluster/node.ts";
 import { PeerInbound } from "./cluster/peer_inbound.ts";
 import { decodePeer } from "./cluster/peer_codec.ts";
-import { realScheduler } from "./cluster/ports.ts";
 import { LockTable } from "./engine/lock_table.ts";
 import { type Logger, stderrLogger } from "./log.ts";
 import {

@@ -9,6 +9,7 @@
  */
 
 import {
+  echoId,
   errorReply,
   formatReply,
   formatRequest,
@@ -212,7 +213,7 @@ export class BridgeSession {
       return;
     }
     const place: OrderedReply = { reply: undefined };
-    this.#order.push(`${op} ${key}`, place);
+    this.#order.push(echoId(op, key), place);
     const counted = request.op === "A";
     if (counted) this.#inFlight++;
     const relay = this.#group.relay;
@@ -237,14 +238,14 @@ export class BridgeSession {
 
   /** Replies now, or behind earlier replies of the same (op, key). */
   #reply(op: string, key: string, line: string): void {
-    const id = `${op} ${key}`;
+    const id = echoId(op, key);
     if (!this.#order.has(id)) this.#frame(line);
     else this.#order.push(id, { reply: line });
   }
 
   #settle(op: string, key: string, place: OrderedReply, line: string): void {
     place.reply = line;
-    this.#order.drain(`${op} ${key}`, this.#send);
+    this.#order.drain(echoId(op, key), this.#send);
   }
 
   #frame(line: string): void {

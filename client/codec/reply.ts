@@ -217,3 +217,18 @@ export interface Refusal {
 export function refusalReply(op: string, key: string, refusal: Refusal): string {
   return `${op} ${key} ${refusal.status} ${refusal.text}`;
 }
+
+/**
+ * The (op, key) a reply echoes, as one string: what replies are matched to requests by
+ * (docs/protocol.md, "Ordering and pipelining").
+ *
+ * @example
+ * ```ts
+ * import { echoId, parseReply } from "@lockd/client/codec";
+ * const reply = parseReply("A k A 7")!;
+ * echoId(reply.op, reply.key) === echoId("A", "k"); // true
+ * ```
+ */
+export function echoId(op: string, key: string): string {
+  return `${op} ${key}`;
+}

@@ -1,6 +1,7 @@
 /**
- * The peer network over TCP: one {@linkcode PeerLink} per peer, and the peer codec between
- * the role machine's typed messages and the lines on the links.
+ * The real world of the role machine: the peer network over TCP (one {@linkcode PeerLink}
+ * per peer, and the peer codec between typed messages and the lines on the links), and
+ * real timers.
  *
  * @module
  */
@@ -10,7 +11,7 @@ import type { HostPort } from "../cli.ts";
 import type { Logger } from "../log.ts";
 import { encodePeer, type PeerMessage } from "./peer_codec.ts";
 import { PeerLink } from "./peer_link.ts";
-import type { PeerNetwork } from "./ports.ts";
+import type { PeerNetwork, Scheduler } from "./ports.ts";
 
 /** Options of {@linkcode TcpPeerNetwork}. */
 export interface TcpPeerNetworkOptions {
@@ -86,3 +87,15 @@ export class TcpPeerNetwork implements PeerNetwork {
     return this.#links.get(address)?.up ?? false;
   }
 }
+
+/** The real timers. */
+export const realScheduler: Scheduler = {
+  every(ms, fn) {
+    const id = setInterval(fn, ms);
+    return () => clearInterval(id);
+  },
+  after(ms, fn) {
+    const id = setTimeout(fn, ms);
+    return () => clearTimeout(id);
+  },
+};

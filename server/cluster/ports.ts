@@ -118,15 +118,3 @@ export interface Scheduler {
   /** Calls `fn` once after `ms` milliseconds unless cancelled. */
   after(ms: number, fn: () => void): Cancel;
 }
-
-/** The real timers. */
-export const realScheduler: Scheduler = {
-  every(ms, fn) {
-    const id = setInterval(fn, ms);
-    return () => clearInterval(id);
-  },
-  after(ms, fn) {
-    const id = setTimeout(fn, ms);
-    return () => clearTimeout(id);
-  },
-};
