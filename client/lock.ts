@@ -7,6 +7,7 @@
  */
 
 import { LockLostError, LockUnavailableError } from "./errors.ts";
+import { after, type CancelTimer } from "./timer.ts";
 
 /** What a {@linkcode Lock} needs from its client. Internal. */
 export interface LockOwner {
@@ -30,8 +31,6 @@ export interface LockState {
   /** Renew at a third of the lease while held. */
   autoExtend: boolean;
 }
-
-const MAX_DELAY_MS = 2 ** 31 - 1;
 
 /** How early before the estimated end of a lease `signal` fires: 5 % of it, at most 1 s. */
 function safetyMargin(leaseMs: number): number {
@@ -134,8 +133,8 @@ export class LockHandle implements Lock {
   #controller = new AbortController();
   /** The server answered `N`: lost for sure, not only suspected. */
   #knownLost = false;
-  #expiryTimer: ReturnType<typeof setTimeout> | undefined;
-  #renewTimer: ReturnType<typeof setTimeout> | undefined;
+  #expiryTimer: CancelTimer | undefined;
+  #renewTimer: CancelTimer | undefined;
   #released: Promise<void> | undefined;
 
   /** Made by the client on a grant; not for direct use. */
@@ -255,25 +254,18 @@ export class LockHandle implements Lock {
     this.#stopTimers();
     const now = performance.now();
     const fireIn = this.#expiresAt - safetyMargin(this.#leaseMs) - now;
-    // setTimeout cannot wait past 2^31-1 ms (it would fire at once): wake up and re-plan.
-    this.#expiryTimer = fireIn > MAX_DELAY_MS
-      ? setTimeout(() => this.#schedule(), MAX_DELAY_MS)
-      : setTimeout(
-        () => this.lose("its lease ran out before a renewal was confirmed", false),
-        Math.max(0, fireIn),
-      );
+    this.#expiryTimer = after(
+      fireIn,
+      () => this.lose("its lease ran out before a renewal was confirmed", false),
+    );
     // Renew once a third of the lease has gone, counted from its estimated start.
     if (this.#autoExtend) this.#renewIn(this.#expiresAt - (this.#leaseMs * 2) / 3 - now);
   }
 
   #renewIn(ms: number): void {
-    clearTimeout(this.#renewTimer);
-    if (ms > MAX_DELAY_MS) {
-      this.#renewTimer = setTimeout(() => this.#renewIn(ms - MAX_DELAY_MS), MAX_DELAY_MS);
-      return;
-    }
-    ms = Math.max(0, ms); // A renewal already due (a late reply, a frozen process): now.
-    this.#renewTimer = setTimeout(() => {
+    this.#renewTimer?.();
+    // A renewal already due (a late reply, a frozen process) goes out now.
+    this.#renewTimer = after(ms, () => {
       this.#renewTimer = undefined;
       this.#extend(this.#leaseMs).catch((error) => {
         if (this.#released !== undefined || this.#controller.signal.aborted) return;
@@ -283,12 +275,12 @@ export class LockHandle implements Lock {
           this.#renewIn(Math.min(1000, this.#leaseMs / 10));
         }
       });
-    }, ms);
+    });
   }
 
   #stopTimers(): void {
-    clearTimeout(this.#expiryTimer);
-    clearTimeout(this.#renewTimer);
+    this.#expiryTimer?.();
+    this.#renewTimer?.();
     this.#expiryTimer = this.#renewTimer = undefined;
   }
 }

@@ -10,6 +10,7 @@
 
 import type { Address } from "./address.ts";
 import { echoId, parseReply, PROBE, type Reply } from "./codec.ts";
+import { after, type CancelTimer } from "./timer.ts";
 import type { Connect, Transport } from "./transport.ts";
 
 /** The connection dropped (or could not be used) while a request was outstanding. */
@@ -56,14 +57,14 @@ export class ManagedConnection {
   #transport: Transport | undefined;
   #connecting: Promise<boolean> | undefined;
   #pending = new Map<string, Pending[]>();
-  #reconnectTimer: ReturnType<typeof setTimeout> | undefined;
+  #reconnectTimer: CancelTimer | undefined;
   #lastError: string | undefined;
   /** Outstanding requests (pings included). */
   #outstanding = 0;
   #lastReceived = 0;
   /** Lines received so far, over all of its transports. */
   #received = 0;
-  #watchTimer: ReturnType<typeof setTimeout> | undefined;
+  #watchTimer: CancelTimer | undefined;
 
   /** @param address Where to connect. @param options Shared settings. */
   constructor(address: Address, options: ManagedConnectionOptions) {
@@ -98,15 +99,15 @@ export class ManagedConnection {
     if (transport === undefined) return Promise.resolve(false);
     const before = this.#received;
     return new Promise<boolean>((resolve) => {
-      const timer = setTimeout(() => {
+      const cancel = after(graceMs, () => {
         if (this.#received !== before) return resolve(true);
         this.#dropFrozen(transport, `no reply to a probe for ${Math.round(graceMs)} ms`);
         resolve(false);
-      }, graceMs);
+      });
       this.request(PROBE, "-", PROBE).then(
         () => resolve(true),
         () => resolve(false),
-      ).finally(() => clearTimeout(timer));
+      ).finally(cancel);
     });
   }
 
@@ -161,12 +162,12 @@ export class ManagedConnection {
   }
 
   async #open(): Promise<boolean> {
-    clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer?.();
     this.#reconnectTimer = undefined;
     const attempt = new AbortController();
-    const timer = setTimeout(
-      () => attempt.abort(new Error("connect timed out")),
+    const cancelTimeout = after(
       this.#options.connectTimeoutMs,
+      () => attempt.abort(new Error("connect timed out")),
     );
     const onClose = () => attempt.abort(new Error("client closed"));
     this.#options.closed.addEventListener("abort", onClose, { once: true });
@@ -195,7 +196,7 @@ export class ManagedConnection {
       this.#scheduleReconnect();
       return false;
     } finally {
-      clearTimeout(timer);
+      cancelTimeout();
       this.#options.closed.removeEventListener("abort", onClose);
     }
   }
@@ -213,7 +214,7 @@ export class ManagedConnection {
   #watch(): void {
     if (this.#watchTimer !== undefined || this.#outstanding === 0) return;
     const probeMs = this.#options.staleAfterMs / 3;
-    this.#watchTimer = setTimeout(() => {
+    this.#watchTimer = after(probeMs, () => {
       this.#watchTimer = undefined;
       const transport = this.#transport;
       if (transport === undefined || this.#outstanding === 0) return;
@@ -224,7 +225,7 @@ export class ManagedConnection {
       }
       if (silentMs >= probeMs) this.#ping();
       this.#watch();
-    }, probeMs);
+    });
   }
 
   /** Closes `transport` (if still current) as frozen; it is reported lost, so its requests move on. */
@@ -265,14 +266,14 @@ export class ManagedConnection {
 
   #scheduleReconnect(): void {
     if (this.#options.closed.aborted || this.#reconnectTimer !== undefined) return;
-    this.#reconnectTimer = setTimeout(() => {
+    this.#reconnectTimer = after(this.#options.reconnectIntervalMs, () => {
       this.#reconnectTimer = undefined;
       this.connect();
-    }, this.#options.reconnectIntervalMs);
+    });
   }
 
   #shutdown(): void {
-    clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer?.();
     this.#reconnectTimer = undefined;
     const transport = this.#transport;
     this.#transport = undefined;
@@ -281,7 +282,7 @@ export class ManagedConnection {
   }
 
   #failAll(detail: string | undefined): void {
-    clearTimeout(this.#watchTimer);
+    this.#watchTimer?.();
     this.#watchTimer = undefined;
     this.#outstanding = 0;
     const pending = [...this.#pending.values()].flat();

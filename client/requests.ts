@@ -18,6 +18,7 @@ import {
 import type { ManagedConnection } from "./managed_connection.ts";
 import type { ResolvedOptions } from "./options.ts";
 import { type Attempt, type Router, sleep } from "./router.ts";
+import { after, type CancelTimer } from "./timer.ts";
 
 /** What the requests need from their client. */
 export interface RequestContext {
@@ -61,14 +62,19 @@ export async function acquire<L>(
 ): Promise<L> {
   if (signal?.aborted) throw new LockAbortedError(key, signal.reason);
   const { router } = ctx;
-  const attempt: Attempt = { abandoned: false };
   const started = performance.now();
+  // The wait bounds the whole acquire: with no node to queue at (a cluster without an active
+  // node, every node down) it ends by the same time as a wait that ran out in a queue.
+  const attempt: Attempt = {
+    abandoned: false,
+    until: waitMs === 0 ? undefined : started + waitMs + REPLY_MARGIN_MS + 2 * router.latency,
+  };
   let sentAt = started;
   const { promise, resolve, reject } = Promise.withResolvers<L>();
-  let timer: ReturnType<typeof setTimeout> | undefined;
+  let cancelDeadline: CancelTimer | undefined;
   let sends = 0;
   const cleanup = () => {
-    clearTimeout(timer);
+    cancelDeadline?.();
     signal?.removeEventListener("abort", onAbort);
   };
   const giveUp = (error: Error) => {
@@ -99,12 +105,12 @@ export async function acquire<L>(
     // After a move to another connection the queue position is lost: ask for what is left.
     const left = waitMs === 0 ? 0 : Math.max(1, Math.ceil(waitMs - (sentAt - started)));
     if (left > 0) {
-      clearTimeout(timer);
+      cancelDeadline?.();
       const send = ++sends;
       const received = connection.received;
-      timer = setTimeout(
-        () => ctx.track(deadline(connection, received, send)),
+      cancelDeadline = after(
         left + REPLY_MARGIN_MS + 2 * router.latency,
+        () => ctx.track(deadline(connection, received, send)),
       );
     }
     return acquireLine(key, leaseMs, left);
@@ -200,7 +206,7 @@ function within<T>(
 ): Promise<T> {
   ctx.track(promise);
   return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => reject(late()), Math.max(0, ms));
-    promise.then(resolve, reject).finally(() => clearTimeout(timer));
+    const cancel = after(ms, () => reject(late()));
+    promise.then(resolve, reject).finally(cancel);
   });
 }

@@ -13,11 +13,32 @@ import { type Reply, replyAction } from "./codec.ts";
 import { LockError, LockUnavailableError } from "./errors.ts";
 import { ConnectionLost, ManagedConnection } from "./managed_connection.ts";
 import type { ResolvedOptions } from "./options.ts";
+import { after } from "./timer.ts";
 
-/** Tracks one request's attempts; set `abandoned` when the caller gave up (abort). */
+/** Tracks one request's attempts. */
 export interface Attempt {
-  /** Stop retrying. */
+  /** Set when the caller gave up (abort): stop retrying. */
   abandoned: boolean;
+  /**
+   * When to stop retrying (`performance.now()` ms), if sooner than `retryTimeoutMs`: an
+   * acquire's wait bounds its whole life, retries and connection attempts included.
+   */
+  until?: number;
+}
+
+/** Resolves with `promise`'s value, or with `fallback` once `until` (ms) has passed. */
+function by<T>(promise: Promise<T>, until: number | undefined, fallback: T): Promise<T> {
+  if (until === undefined) return promise;
+  return new Promise<T>((resolve) => {
+    const cancel = after(until - performance.now(), () => resolve(fallback));
+    promise.then((value) => {
+      cancel();
+      resolve(value);
+    }, () => {
+      cancel();
+      resolve(fallback);
+    });
+  });
 }
 
 /** Resolves after `ms`, or at once when `signal` aborts. */
@@ -25,11 +46,11 @@ export function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
     if (signal.aborted) return resolve();
     const done = () => {
-      clearTimeout(timer);
+      cancel();
       signal.removeEventListener("abort", done);
       resolve();
     };
-    const timer = setTimeout(done, ms);
+    const cancel = after(ms, done);
     signal.addEventListener("abort", done, { once: true });
   });
 }
@@ -98,7 +119,15 @@ export class Router {
     attempt?: Attempt,
   ): Promise<Reply> {
     const closed = this.#closed;
-    const giveUpAt = performance.now() + this.#options.retryTimeoutMs;
+    const until = attempt?.until;
+    const giveUpAt = Math.min(performance.now() + this.#options.retryTimeoutMs, until ?? Infinity);
+    // Connecting counts against the wait too, except while no connection is up at all (a
+    // fresh client): one connection attempt's time is always allowed then.
+    const connectBy = () => {
+      const until = attempt?.until;
+      if (until === undefined || this.#connections.some((c) => c.up)) return until;
+      return Math.max(until, performance.now() + this.#options.connectTimeoutMs);
+    };
     let failures = 0;
     let lastProblem = "";
     let target: ManagedConnection | undefined;
@@ -120,18 +149,23 @@ export class Router {
       if (attempt?.abandoned) throw new LockError("Abandoned");
       let connection = target ?? this.#pick(op, key);
       target = undefined;
-      if (connection !== undefined && !connection.up && !(await connection.connect())) {
+      if (
+        connection !== undefined && !connection.up &&
+        !(await by(connection.connect(), connectBy(), false))
+      ) {
         // A redirect to a node that is down: the cluster is failing over. Ask again soon.
         lastProblem = `${connection.address.key} is unreachable`;
         if (this.#active === connection.address.key) this.#active = undefined;
         await pause();
         continue;
       }
-      connection ??= await this.#anyUp();
+      connection ??= await by(this.#anyUp(), connectBy(), undefined);
       if (connection === undefined) {
         const reasons = [...new Set(this.#connections.map((c) => c.lastError).filter((e) => e))];
         lastProblem = reasons.length > 0 ? reasons.join("; ") : "no node could be reached";
-        if (++failures >= this.#connections.length) throw unavailable();
+        if (++failures >= this.#connections.length || performance.now() >= (until ?? Infinity)) {
+          throw unavailable();
+        }
         continue;
       }
       if (closed.aborted) throw new LockError("The client is closed");

@@ -194,13 +194,13 @@ ${optionsHelp()}
     A flag wins over its environment variable.
 
 SIGNALS
-    SIGINT, SIGTERM
+    SIGINT, SIGTERM, SIGHUP
             Graceful shutdown: stop accepting, answer queued acquires
             'E shutting down' (or hand over to the next node of a cluster),
             persist the token mark, exit 0 (within about two seconds).
 
 EXIT STATUS
-    0   stopped after SIGINT/SIGTERM
+    0   stopped after SIGINT, SIGTERM or SIGHUP
     1   could not run: data directory unusable or corrupt, address in use,
         fencing tokens exhausted
     2   bad command line

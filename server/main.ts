@@ -1,7 +1,7 @@
 /**
  * lockd's command line (docs/server.md): `deno run -A server/main.ts [options]`, or the binary
  * built by `deno task compile`. Prints one ready line on stdout, everything else on stderr;
- * exits 0 after SIGINT/SIGTERM, 1 when it cannot run, 2 on a bad command line.
+ * exits 0 after SIGINT/SIGTERM/SIGHUP, 1 when it cannot run, 2 on a bad command line.
  *
  * @module
  */
@@ -90,7 +90,11 @@ export async function main(args: string[]): Promise<number> {
     await bridge?.shutdown();
     await server.shutdown();
   };
-  const names: Deno.Signal[] = Deno.build.os === "windows" ? ["SIGINT"] : ["SIGINT", "SIGTERM"];
+  // SIGHUP (the terminal went away, or a supervisor's reload) stops gracefully too: left to
+  // its default it would kill the node without saving the token mark or handing over.
+  const names: Deno.Signal[] = Deno.build.os === "windows"
+    ? ["SIGINT"]
+    : ["SIGINT", "SIGTERM", "SIGHUP"];
   for (const name of names) Deno.addSignalListener(name, onSignal);
   const { hostname, port } = server.addr;
   if (config.bridge !== undefined) {

@@ -85,6 +85,22 @@ Deno.test("server never reissues tokens after a graceful restart", async (t) => 
       try {
         const first = grantOf(await c.request("A g3:0 30 0"), "g3:0");
         assert.ok(first > max, `token ${first} after a restart is not above ${max}`);
+        max = await takeTokens(c, "g3b:", 20);
+        await c.close();
+        // SIGHUP (a closed terminal, a supervisor) is a graceful stop too, not a kill.
+        assert.equal(await server.stop("SIGHUP"), 0, server.stderr());
+        assert.equal(Deno.readTextFileSync(`${dir}/tokens`).trim(), String(max));
+      } finally {
+        await cleanup(server, c);
+      }
+    });
+
+    await t.step("does continue right after the last token after SIGHUP", async () => {
+      const server = await startServer({ dataDir: dir });
+      const c = await LineClient.connect(server.port);
+      try {
+        const first = grantOf(await c.request("A g4:0 30 0"), "g4:0");
+        assert.equal(first, max + 1n, `token ${first} after SIGHUP is not right after ${max}`);
       } finally {
         await cleanup(server, c);
       }
