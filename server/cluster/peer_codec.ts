@@ -229,10 +229,12 @@ function key(text: string): string {
 }
 
 function milliseconds(text: string): number {
-  if (!/^[1-9][0-9]{0,15}$/.test(text)) {
-    throw new Malformed("remaining ms must be a positive integer");
+  const value = Number(text);
+  // Above 2^53-1 a number cannot hold every integer: the value would be silently rounded.
+  if (!/^[1-9][0-9]{0,15}$/.test(text) || !Number.isSafeInteger(value)) {
+    throw new Malformed("remaining ms must be a positive integer below 2^53");
   }
-  return Number(text);
+  return value;
 }
 
 /**
