@@ -39,6 +39,8 @@ export class LineWriter {
   /** Reused output buffer; null until the first write or after a big one. */
   #buf: Uint8Array | null = null;
   #writing = false;
+  /** When the write in flight began (`performance.now()`), while one is. */
+  #writingSince = 0;
   #failed = false;
 
   /** @param write Writes bytes. @param events What to tell the owner. */
@@ -62,6 +64,14 @@ export class LineWriter {
     return this.#out.length > 0;
   }
 
+  /**
+   * How long the write in flight has been going on, in ms (0 when none is): a long one means
+   * the other side does not read.
+   */
+  busyFor(now: number): number {
+    return this.#writing ? now - this.#writingSince : 0;
+  }
+
   /** Queues one line (without `\n`); it goes out at the next {@linkcode flush}. */
   push(line: string): void {
     if (this.#failed) return;
@@ -80,6 +90,7 @@ export class LineWriter {
     this.#out = [];
     this.#outUnits = 0;
     this.#writing = true;
+    this.#writingSince = performance.now();
     this.#send(data, units);
   }
 

@@ -9,7 +9,7 @@
 
 import { errorReply, TOO_MANY_CONNECTIONS } from "../client/codec.ts";
 import type { Batch } from "./batch.ts";
-import { type LineHandler, LineSocket } from "./line_socket.ts";
+import { type LineHandler, LineSocket, type ReplyGate } from "./line_socket.ts";
 import type { Logger } from "./log.ts";
 
 /** What the acceptor asks of the server. */
@@ -32,6 +32,8 @@ export interface AcceptorOptions {
   batch: Batch;
   /** Where failures are reported. */
   log: Logger;
+  /** What client replies wait for (sync replication). */
+  replies?: ReplyGate;
 }
 
 /** Where a first line leads: its handler, and whether the line was for the routing only. */
@@ -165,6 +167,7 @@ export class Acceptor {
     const socket: LineSocket = new LineSocket(conn, remote, router, {
       batch: this.#options.batch,
       log: this.#options.log,
+      replies: this.#options.replies,
     });
     this.#clients.add(socket);
   }

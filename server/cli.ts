@@ -54,6 +54,8 @@ export interface Config {
   heartbeatMs: number;
   /** Silence after which a peer counts as dead, in ms. */
   failoverTimeoutMs: number;
+  /** Replication mode of a cluster: `async`, or `sync` (answer once a standby has it). */
+  replication: "async" | "sync";
 }
 
 interface Flag {
@@ -133,6 +135,17 @@ const FLAGS: Flag[] = [
     value: "SECONDS",
     fallback: "0.1",
     help: "Interval of heartbeats between peers.",
+  },
+  {
+    name: "replication",
+    env: "LOCKD_REPLICATION",
+    value: "async|sync",
+    fallback: "async",
+    help: "How the active answers grants, releases and extends in a cluster:\n" +
+      "async answers at once (a kill -9 of the active can lose a change its\n" +
+      "standbys had not received); sync answers once an in-sync standby\n" +
+      "acknowledged the change (with none in sync it answers at once and\n" +
+      "logs that it is degraded).",
   },
   {
     name: "failover-timeout",
@@ -250,6 +263,13 @@ function positiveSeconds(text: string, what: string): number {
   return ms;
 }
 
+function replicationMode(text: string, what: string): "async" | "sync" {
+  if (text !== "async" && text !== "sync") {
+    throw new UsageError(`${what} must be async or sync, got "${text}"`);
+  }
+  return text;
+}
+
 /**
  * Reads the configuration from command-line arguments and the environment.
  *
@@ -328,6 +348,7 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
     bridgeDemo: values["bridge-demo"] === true || env("LOCKD_BRIDGE_DEMO") === "1",
     heartbeatMs: positiveSeconds(get("heartbeat")!, source.heartbeat),
     failoverTimeoutMs: positiveSeconds(get("failover-timeout")!, source["failover-timeout"]),
+    replication: replicationMode(get("replication")!, source.replication),
   };
   if (config.heartbeatMs >= config.failoverTimeoutMs) {
     throw new UsageError("--heartbeat must be shorter than --failover-timeout");

@@ -14,7 +14,7 @@
 import { errorReply, LINE_TOO_LONG, MAX_LINE_BYTES } from "../client/codec.ts";
 import { LineReader, type LineSink } from "../client/line_reader.ts";
 import { LineWriter } from "../client/line_writer.ts";
-import type { Batch } from "./batch.ts";
+import type { Batch, Flushable, UrgentOutput } from "./batch.ts";
 import type { Logger } from "./log.ts";
 
 /** What a connection does with its input. */
@@ -30,10 +30,28 @@ export interface LineHandler {
   invalid?(text: string): void;
 }
 
+/**
+ * What a client socket's replies wait for in sync replication (docs/cluster.md,
+ * "Replication modes"): a reply queued at `position()` goes out once `reached()` is at
+ * least that far (an in-sync standby acknowledged the changes before it).
+ */
+export interface ReplyGate {
+  /** The stream position a reply queued now must wait for; 0 when nothing is pending. */
+  position(): number;
+  /** How far the standbys have acknowledged (Infinity when no standby is in sync). */
+  reached(): number;
+  /** Flushes `socket` again when `reached()` may have advanced. */
+  wait(socket: Flushable): void;
+}
+
 /** Options of {@linkcode LineSocket}. */
 export interface LineSocketOptions {
   /** The server's batch: queued lines are written when it ends. */
   batch: Batch;
+  /** A peer link: written before client sockets, whose replies wait for its backlog. */
+  urgent?: boolean;
+  /** Sync replication: replies wait for the standbys' acknowledgement. */
+  replies?: ReplyGate;
   /** Where drops are reported. */
   log: Logger;
   /** Stop reading while this many UTF-16 units wait to be written. Default 256 Ki. */
@@ -56,8 +74,14 @@ export interface ByteStream {
 
 const CLOSE_GRACE_MS = 2000;
 
+/** A reply held until the standbys acknowledged what came before it. */
+interface Held {
+  line: string;
+  position: number;
+}
+
 /** A line-oriented connection with batched, bounded output. */
-export class LineSocket {
+export class LineSocket implements UrgentOutput {
   /** The peer's address, as `host:port` (for logs). */
   readonly remote: string;
   #conn: ByteStream;
@@ -66,6 +90,8 @@ export class LineSocket {
   #writer: LineWriter;
   /** UTF-16 units of replies held by the session before they can be queued here. */
   #heldElsewhere = 0;
+  /** Replies waiting for the standbys (sync replication), in order. */
+  #held: Held[] = [];
   #dirty = false;
   #closed = false;
   #closing = false;
@@ -101,6 +127,7 @@ export class LineSocket {
       written: () => this.#written(),
       failed: () => this.close(),
     });
+    if (options.urgent) options.batch.link(this);
     this.#done = this.#readLoop();
   }
 
@@ -117,7 +144,11 @@ export class LineSocket {
   /** Queues one line (without `\n`) to be written at the end of this batch. */
   send(line: string): void {
     if (this.#closed) return;
-    this.#writer.push(line);
+    const position = this.#options.replies?.position() ?? 0;
+    if (position > 0 || this.#held.length > 0) {
+      this.#held.push({ line, position });
+      this.#heldElsewhere += line.length + 1;
+    } else this.#writer.push(line);
     if (this.#writer.held + this.#heldElsewhere > this.#dropAt) {
       this.#options.log.warn(`dropping ${this.remote}: it does not read its replies`);
       this.close();
@@ -125,8 +156,16 @@ export class LineSocket {
     }
     if (!this.#dirty) {
       this.#dirty = true;
-      this.#options.batch.add(this);
+      if (this.#options.urgent) this.#options.batch.addUrgent(this);
+      else this.#options.batch.add(this);
     }
+  }
+
+  /** Whether lines wait behind a write in flight for less than `stallMs` (a peer link). */
+  backlogged(now: number, stallMs: number): boolean {
+    if (!this.#writer.pending) return false;
+    const busy = this.#writer.busyFor(now);
+    return busy > 0 && busy < stallMs;
   }
 
   /**
@@ -141,10 +180,31 @@ export class LineSocket {
     }
   }
 
-  /** Writes whatever is queued (called at the end of a batch). */
+  /**
+   * Writes whatever is queued (called at the end of a batch). A client socket writes after
+   * the peer links, and its replies wait for what they depend on to be replicated.
+   */
   flush(): void {
     this.#dirty = false;
-    if (!this.#closed) this.#writer.flush();
+    if (this.#closed) return;
+    const options = this.#options;
+    if (!options.urgent && !options.batch.replicate(this)) return;
+    if (this.#held.length > 0) this.#release();
+    this.#writer.flush();
+  }
+
+  /** Moves the replies whose position the standbys reached to the writer, in order. */
+  #release(): void {
+    const gate = this.#options.replies;
+    const reached = gate?.reached() ?? Infinity;
+    const held = this.#held;
+    let i = 0;
+    for (; i < held.length && held[i].position <= reached; i++) {
+      this.#heldElsewhere -= held[i].line.length + 1;
+      this.#writer.push(held[i].line);
+    }
+    this.#held = i === held.length ? [] : held.slice(i);
+    if (this.#held.length > 0) gate?.wait(this);
   }
 
   /** Stops reading, writes what is queued, then closes (e.g. after `line too long`). */
@@ -152,7 +212,7 @@ export class LineSocket {
     if (this.#closed || this.#closing) return;
     this.#closing = true;
     this.#resume?.();
-    if (this.#writer.idle) this.close();
+    if (this.#writer.idle && this.#held.length === 0) this.close();
     else this.#graceTimer = setTimeout(() => this.close(), CLOSE_GRACE_MS);
   }
 
@@ -161,6 +221,8 @@ export class LineSocket {
     if (this.#closed) return;
     this.#closed = true;
     this.#writer.discard();
+    this.#held = [];
+    if (this.#options.urgent) this.#options.batch.unlink(this);
     clearTimeout(this.#graceTimer);
     this.#resume?.();
     this.#markClosed();
@@ -172,8 +234,9 @@ export class LineSocket {
   }
 
   #written(): void {
+    if (this.#options.urgent) this.#options.batch.drained();
     if (this.#closed) return;
-    if (this.#closing && this.#writer.idle) this.close();
+    if (this.#closing && this.#writer.idle && this.#held.length === 0) this.close();
     else if (this.#writer.held + this.#heldElsewhere < this.#pauseAt) this.#resume?.();
   }
 

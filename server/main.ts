@@ -62,6 +62,7 @@ export async function main(args: string[]): Promise<number> {
         peers,
         heartbeatMs: config.heartbeatMs,
         failoverTimeoutMs: config.failoverTimeoutMs,
+        replication: config.replication,
         trace,
         traceHeartbeats: trace && Deno.env.get("LOCKD_TRACE_HB") === "1",
       },

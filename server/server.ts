@@ -16,6 +16,7 @@ import type { Role } from "./cluster/election.ts";
 import { realScheduler, TcpPeerNetwork } from "./cluster/network.ts";
 import { ClusterNode } from "./cluster/node.ts";
 import { PeerInbound } from "./cluster/peer_inbound.ts";
+import type { ReplicationMode } from "./cluster/replication.ts";
 import { decodePeer } from "./cluster/peer_codec.ts";
 import { LockTable } from "./engine/lock_table.ts";
 import { type Logger, stderrLogger } from "./log.ts";
@@ -39,6 +40,8 @@ export interface ServerClusterOptions {
   heartbeatMs: number;
   /** Silence after which a peer counts as dead, in ms. */
   failoverTimeoutMs: number;
+  /** `sync`: answer changes once an in-sync standby acknowledged them. Default `async`. */
+  replication?: ReplicationMode;
   /** Log every peer message but heartbeats (`LOCKD_TRACE=1`). */
   trace?: boolean;
   /** Log heartbeats too (`LOCKD_TRACE_HB=1`). */
@@ -166,7 +169,13 @@ export class LockServer {
           traceHeartbeats: cluster.traceHeartbeats,
         });
       },
-    }, { maxConnections: options.maxConnections ?? 10_000, batch: this.#batch, log });
+    }, {
+      maxConnections: options.maxConnections ?? 10_000,
+      batch: this.#batch,
+      log,
+      // Sync replication: a client's replies wait for the standbys' acknowledgement.
+      replies: cluster?.replication === "sync" ? this.#cluster?.stream : undefined,
+    });
   }
 
   /**
@@ -247,6 +256,7 @@ export class LockServer {
     await this.#network?.stop();
     await this.#acceptor.closePeers();
     this.#ticker.stop();
+    this.#batch.stop();
     try {
       await this.#tokens.close();
     } catch (error) {
@@ -290,7 +300,10 @@ export class LockServer {
       peers: options.peers.map((p) => p.address),
       heartbeatMs: options.heartbeatMs,
       failoverTimeoutMs: options.failoverTimeoutMs,
+      replication: options.replication,
     }, { network, scheduler: realScheduler });
+    const stream = this.#cluster.stream;
+    this.#batch.onSeal(() => stream.seal());
     network.start();
     this.#cluster.start();
   }

@@ -44,8 +44,18 @@ Deno.test("parseConfig() gives the defaults of docs/server.md", () => {
     bridgeDemo: false,
     heartbeatMs: 100,
     failoverTimeoutMs: 1000,
+    replication: "async",
   };
   assert.deepEqual(config, expected);
+});
+
+Deno.test("parseConfig() reads --replication and LOCKD_REPLICATION", () => {
+  assert.equal(parseConfig(["--replication", "sync"], envOf()).replication, "sync");
+  assert.equal(parseConfig([], envOf({ LOCKD_REPLICATION: "sync" })).replication, "sync");
+  assert.equal(
+    parseConfig(["--replication", "async"], envOf({ LOCKD_REPLICATION: "sync" })).replication,
+    "async",
+  );
 });
 
 Deno.test("parseConfig() ignores unrelated environment variables", () => {
@@ -214,6 +224,8 @@ Deno.test("parseConfig() takes all flags together", () => {
     "0.05",
     "--failover-timeout",
     "0.5",
+    "--replication",
+    "sync",
   ], envOf());
   assert.deepEqual(config, {
     help: false,
@@ -229,6 +241,7 @@ Deno.test("parseConfig() takes all flags together", () => {
     bridgeDemo: true,
     heartbeatMs: 50,
     failoverTimeoutMs: 500,
+    replication: "sync",
   });
 });
 
@@ -344,6 +357,8 @@ Deno.test("parseConfig() throws UsageError for a bad command line", async (t) =>
     [["--heartbeat", "1"], /--heartbeat.*--failover-timeout/],
     [["--heartbeat", "2", "--failover-timeout", "1"], /--heartbeat.*--failover-timeout/],
     [["--failover-timeout", "0.1"], /--heartbeat.*--failover-timeout/],
+    [["--replication", "quorum"], /--replication must be async or sync/],
+    [["--replication", "SYNC"], /--replication must be async or sync/],
   ];
   for (const [args, message] of cases) {
     await t.step(JSON.stringify(args), () => {

@@ -111,6 +111,10 @@ const messages: [string, PeerMessage][] = [
   }],
   ["HANDOFFEND", { type: "HANDOFFEND" }],
   ["TAKEN c3", { type: "TAKEN", activation: "c3" }],
+  ["SEQ 1", { type: "SEQ", seq: 1 }],
+  ["COMMIT d4", { type: "COMMIT", activation: "d4" }],
+  ["ABORT e5", { type: "ABORT", activation: "e5" }],
+  ["ACK 9007199254740991", { type: "ACK", seq: 9007199254740991 }],
 ];
 
 Deno.test("encodePeer() and decodePeer() round-trip every message type", () => {
@@ -122,7 +126,23 @@ Deno.test("encodePeer() and decodePeer() round-trip every message type", () => {
   }
   assert.deepEqual(
     [...types].sort(),
-    ["F", "H", "HANDOFF", "HANDOFFEND", "HB", "PEER", "SNAP", "SNAPEND", "SYNC", "TAKEN", "W"],
+    [
+      "ABORT",
+      "ACK",
+      "COMMIT",
+      "F",
+      "H",
+      "HANDOFF",
+      "HANDOFFEND",
+      "HB",
+      "PEER",
+      "SEQ",
+      "SNAP",
+      "SNAPEND",
+      "SYNC",
+      "TAKEN",
+      "W",
+    ],
   );
 });
 
@@ -245,6 +265,16 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "H k 1 x",
       "H k 1 99999999999999999", // 17 digits
     ],
+    "batch number 0, not a whole number or above 2^53-1": [
+      "SEQ 0",
+      "SEQ -1",
+      "SEQ 01",
+      "ACK 1.5",
+      "ACK x",
+      "ACK 9007199254740992",
+      "SEQ",
+      "ACK 1 2",
+    ],
   };
   for (const [what, lines] of Object.entries(cases)) {
     await t.step(what, () => {
@@ -332,6 +362,10 @@ const TYPES = [
   "HANDOFF",
   "HANDOFFEND",
   "TAKEN",
+  "SEQ",
+  "ACK",
+  "COMMIT",
+  "ABORT",
   "HELLO",
   "hb",
   "",
@@ -356,6 +390,10 @@ const FIELDS: Record<string, string[][]> = {
   HANDOFF: [ACTIVATIONS, DECIMALS, DECIMALS, ["sync", "full"], ["-", ...ACTIVATIONS], DECIMALS],
   HANDOFFEND: [],
   TAKEN: [ACTIVATIONS],
+  SEQ: [["1", "42", "9007199254740991"]],
+  ACK: [["1", "7", "9007199254740991"]],
+  COMMIT: [ACTIVATIONS],
+  ABORT: [ACTIVATIONS],
 };
 
 /** A random line: mostly well-formed fields with a few near misses and junk mixed in. */
@@ -409,7 +447,23 @@ Deno.test("decodePeer() never throws on random lines and re-encodes what it acce
   assert.ok(rejected > runs / 10 && rejected < runs * 0.9, `${rejected} of ${runs} rejected`);
   assert.deepEqual(
     [...accepted.keys()].sort(),
-    ["F", "H", "HANDOFF", "HANDOFFEND", "HB", "PEER", "SNAP", "SNAPEND", "SYNC", "TAKEN", "W"],
+    [
+      "ABORT",
+      "ACK",
+      "COMMIT",
+      "F",
+      "H",
+      "HANDOFF",
+      "HANDOFFEND",
+      "HB",
+      "PEER",
+      "SEQ",
+      "SNAP",
+      "SNAPEND",
+      "SYNC",
+      "TAKEN",
+      "W",
+    ],
   );
 });
 
@@ -434,6 +488,7 @@ class FakeReceiver implements PeerReceiver {
       freed: (key: string, token: bigint) => calls.push(`freed ${key} ${token}`),
       mark: (mark: bigint) => calls.push(`mark ${mark}`),
       end: (activation: string) => calls.push(`end ${activation}`),
+      batch: (active: string, n: number) => calls.push(`batch ${active} ${n}`),
     } as unknown as Replica;
   }
 
@@ -456,8 +511,14 @@ class FakeReceiver implements PeerReceiver {
     this.carried = carried;
     this.calls.push(`takeOver ${peer} ${header.activation} ${header.mode}`);
   }
-  handedOver(peer: string): void {
-    this.calls.push(`handedOver ${peer}`);
+  handedOver(peer: string, activation: string): void {
+    this.calls.push(`handedOver ${peer} ${activation}`);
+  }
+  acked(peer: string, n: number): void {
+    this.calls.push(`acked ${peer} ${n}`);
+  }
+  handoffOutcome(peer: string, activation: string, committed: boolean): void {
+    this.calls.push(`${committed ? "commit" : "abort"} ${peer} ${activation}`);
   }
   streamLost(peer: string): void {
     this.calls.push(`lost ${peer}`);
@@ -494,11 +555,19 @@ Deno.test("PeerInbound hands each message to the receiver", () => {
   h.inbound.line("HB active - 0 5000000 0a1b2c3d 1 1");
   h.inbound.line("SYNC");
   h.inbound.line("TAKEN c3");
+  h.inbound.line("COMMIT c3");
+  h.inbound.line("ABORT d4");
+  h.inbound.line("SEQ 3");
+  h.inbound.line("ACK 2");
   h.inbound.line("PEER 1 10.0.0.2:7400");
   assert.deepEqual(h.receiver.take(), [
     "hb 10.0.0.2:7400 active 5000000",
     "sync 10.0.0.2:7400",
-    "handedOver 10.0.0.2:7400",
+    "handedOver 10.0.0.2:7400 c3",
+    "commit 10.0.0.2:7400 c3",
+    "abort 10.0.0.2:7400 d4",
+    "batch 10.0.0.2:7400 3",
+    "acked 10.0.0.2:7400 2",
   ]);
   h.inbound.line("W 7");
   assert.ok(h.receiver.calls.includes("heard 10.0.0.2:7400"), "any message means alive");

@@ -199,8 +199,20 @@ var LockAbortedError = class extends LockError {
   }
 };
 
+// client/timer.ts
+var MAX_TIMEOUT_MS = 2 ** 31 - 1;
+function after(ms, fn) {
+  const due = performance.now() + Math.max(0, ms);
+  let id;
+  const arm = () => {
+    const left = due - performance.now();
+    id = left > MAX_TIMEOUT_MS ? setTimeout(arm, MAX_TIMEOUT_MS) : setTimeout(fn, Math.max(0, left));
+  };
+  arm();
+  return () => clearTimeout(id);
+}
+
 // client/lock.ts
-var MAX_DELAY_MS = 2 ** 31 - 1;
 function safetyMargin(leaseMs) {
   return Math.min(1e3, leaseMs * 0.05);
 }
@@ -266,7 +278,7 @@ var LockHandle = class {
   }
   /**
    * Releases the lock. Renewal stops at once (synchronously); the release is retried for
-   * 5 s every 200 ms if no connection can carry it (SPEC §3). An `N` reply also ends it: the
+   * 5 s every 200 ms if no connection can carry it (docs/client.md). An `N` reply also ends it: the
    * lock is gone either way. Calling it again returns the same promise.
    *
    * @throws {LockUnavailableError} If no node could be reached for 5 s (the lease will
@@ -321,17 +333,12 @@ var LockHandle = class {
     this.#stopTimers();
     const now = performance.now();
     const fireIn = this.#expiresAt - safetyMargin(this.#leaseMs) - now;
-    this.#expiryTimer = fireIn > MAX_DELAY_MS ? setTimeout(() => this.#schedule(), MAX_DELAY_MS) : setTimeout(() => this.lose("its lease ran out before a renewal was confirmed", false), Math.max(0, fireIn));
+    this.#expiryTimer = after(fireIn, () => this.lose("its lease ran out before a renewal was confirmed", false));
     if (this.#autoExtend) this.#renewIn(this.#expiresAt - this.#leaseMs * 2 / 3 - now);
   }
   #renewIn(ms) {
-    clearTimeout(this.#renewTimer);
-    if (ms > MAX_DELAY_MS) {
-      this.#renewTimer = setTimeout(() => this.#renewIn(ms - MAX_DELAY_MS), MAX_DELAY_MS);
-      return;
-    }
-    ms = Math.max(0, ms);
-    this.#renewTimer = setTimeout(() => {
+    this.#renewTimer?.();
+    this.#renewTimer = after(ms, () => {
       this.#renewTimer = void 0;
       this.#extend(this.#leaseMs).catch((error) => {
         if (this.#released !== void 0 || this.#controller.signal.aborted) return;
@@ -339,11 +346,11 @@ var LockHandle = class {
           this.#renewIn(Math.min(1e3, this.#leaseMs / 10));
         }
       });
-    }, ms);
+    });
   }
   #stopTimers() {
-    clearTimeout(this.#expiryTimer);
-    clearTimeout(this.#renewTimer);
+    this.#expiryTimer?.();
+    this.#renewTimer?.();
     this.#expiryTimer = this.#renewTimer = void 0;
   }
 };
@@ -448,6 +455,9 @@ function replyAction(reply) {
     return "retry";
   }
   return "done";
+}
+function echoId(op, key) {
+  return `${op} ${key}`;
 }
 
 // client/codec/request.ts
@@ -568,17 +578,17 @@ var ManagedConnection = class {
     if (transport === void 0) return Promise.resolve(false);
     const before = this.#received;
     return new Promise((resolve) => {
-      const timer = setTimeout(() => {
+      const cancel = after(graceMs, () => {
         if (this.#received !== before) return resolve(true);
         this.#dropFrozen(transport, `no reply to a probe for ${Math.round(graceMs)} ms`);
         resolve(false);
-      }, graceMs);
-      this.request(PROBE, "-", PROBE).then(() => resolve(true), () => resolve(false)).finally(() => clearTimeout(timer));
+      });
+      this.request(PROBE, "-", PROBE).then(() => resolve(true), () => resolve(false)).finally(cancel);
     });
   }
   /** Whether a request with this (op, key) is outstanding here. */
   outstanding(op, key) {
-    return this.#pending.has(`${op} ${key}`);
+    return this.#pending.has(echoId(op, key));
   }
   /**
    * Connects now unless connected or connecting. Resolves `true` once usable, `false` if
@@ -599,7 +609,7 @@ var ManagedConnection = class {
     const transport = this.#transport;
     if (transport === void 0) return Promise.reject(new ConnectionLost(this.address.key));
     return new Promise((settled, reject) => {
-      const id = `${op} ${key}`;
+      const id = echoId(op, key);
       if (this.#outstanding === 0) this.#lastReceived = performance.now();
       this.#outstanding++;
       this.#watch();
@@ -630,10 +640,10 @@ var ManagedConnection = class {
     });
   }
   async #open() {
-    clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer?.();
     this.#reconnectTimer = void 0;
     const attempt = new AbortController();
-    const timer = setTimeout(() => attempt.abort(new Error("connect timed out")), this.#options.connectTimeoutMs);
+    const cancelTimeout = after(this.#options.connectTimeoutMs, () => attempt.abort(new Error("connect timed out")));
     const onClose = () => attempt.abort(new Error("client closed"));
     this.#options.closed.addEventListener("abort", onClose, {
       once: true
@@ -663,7 +673,7 @@ var ManagedConnection = class {
       this.#scheduleReconnect();
       return false;
     } finally {
-      clearTimeout(timer);
+      cancelTimeout();
       this.#options.closed.removeEventListener("abort", onClose);
     }
   }
@@ -680,7 +690,7 @@ var ManagedConnection = class {
   #watch() {
     if (this.#watchTimer !== void 0 || this.#outstanding === 0) return;
     const probeMs = this.#options.staleAfterMs / 3;
-    this.#watchTimer = setTimeout(() => {
+    this.#watchTimer = after(probeMs, () => {
       this.#watchTimer = void 0;
       const transport = this.#transport;
       if (transport === void 0 || this.#outstanding === 0) return;
@@ -691,7 +701,7 @@ var ManagedConnection = class {
       }
       if (silentMs >= probeMs) this.#ping();
       this.#watch();
-    }, probeMs);
+    });
   }
   /** Closes `transport` (if still current) as frozen; it is reported lost, so its requests move on. */
   #dropFrozen(transport, why) {
@@ -708,13 +718,13 @@ var ManagedConnection = class {
       this.#transport?.close();
       return;
     }
-    const queue = this.#pending.get(`${reply.op} ${reply.key}`);
+    const queue = this.#pending.get(echoId(reply.op, reply.key));
     const pending = queue?.shift();
     if (pending === void 0) {
       if (reply.status === "E") this.#lastError = reply.text;
       return;
     }
-    if (queue.length === 0) this.#pending.delete(`${reply.op} ${reply.key}`);
+    if (queue.length === 0) this.#pending.delete(echoId(reply.op, reply.key));
     pending.resolve(reply);
   }
   #lost(transport) {
@@ -726,13 +736,13 @@ var ManagedConnection = class {
   }
   #scheduleReconnect() {
     if (this.#options.closed.aborted || this.#reconnectTimer !== void 0) return;
-    this.#reconnectTimer = setTimeout(() => {
+    this.#reconnectTimer = after(this.#options.reconnectIntervalMs, () => {
       this.#reconnectTimer = void 0;
       this.connect();
-    }, this.#options.reconnectIntervalMs);
+    });
   }
   #shutdown() {
-    clearTimeout(this.#reconnectTimer);
+    this.#reconnectTimer?.();
     this.#reconnectTimer = void 0;
     const transport = this.#transport;
     this.#transport = void 0;
@@ -740,7 +750,7 @@ var ManagedConnection = class {
     this.#failAll("client closed");
   }
   #failAll(detail) {
-    clearTimeout(this.#watchTimer);
+    this.#watchTimer?.();
     this.#watchTimer = void 0;
     this.#outstanding = 0;
     const pending = [
@@ -752,15 +762,28 @@ var ManagedConnection = class {
 };
 
 // client/router.ts
+function by(promise, until, fallback) {
+  if (until === void 0) return promise;
+  return new Promise((resolve) => {
+    const cancel = after(until - performance.now(), () => resolve(fallback));
+    promise.then((value) => {
+      cancel();
+      resolve(value);
+    }, () => {
+      cancel();
+      resolve(fallback);
+    });
+  });
+}
 function sleep(ms, signal) {
   return new Promise((resolve) => {
     if (signal.aborted) return resolve();
     const done = () => {
-      clearTimeout(timer);
+      cancel();
       signal.removeEventListener("abort", done);
       resolve();
     };
-    const timer = setTimeout(done, ms);
+    const cancel = after(ms, done);
     signal.addEventListener("abort", done, {
       once: true
     });
@@ -814,7 +837,13 @@ var Router = class {
    */
   async exchange(op, key, line, attempt) {
     const closed = this.#closed;
-    const giveUpAt = performance.now() + this.#options.retryTimeoutMs;
+    const until = attempt?.until;
+    const giveUpAt = Math.min(performance.now() + this.#options.retryTimeoutMs, until ?? Infinity);
+    const connectBy = () => {
+      const until2 = attempt?.until;
+      if (until2 === void 0 || this.#connections.some((c) => c.up)) return until2;
+      return Math.max(until2, performance.now() + this.#options.connectTimeoutMs);
+    };
     let failures = 0;
     let lastProblem = "";
     let target;
@@ -831,19 +860,21 @@ var Router = class {
       if (attempt?.abandoned) throw new LockError("Abandoned");
       let connection = target ?? this.#pick(op, key);
       target = void 0;
-      if (connection !== void 0 && !connection.up && !await connection.connect()) {
+      if (connection !== void 0 && !connection.up && !await by(connection.connect(), connectBy(), false)) {
         lastProblem = `${connection.address.key} is unreachable`;
         if (this.#active === connection.address.key) this.#active = void 0;
         await pause();
         continue;
       }
-      connection ??= await this.#anyUp();
+      connection ??= await by(this.#anyUp(), connectBy(), void 0);
       if (connection === void 0) {
         const reasons = [
           ...new Set(this.#connections.map((c) => c.lastError).filter((e) => e))
         ];
         lastProblem = reasons.length > 0 ? reasons.join("; ") : "no node could be reached";
-        if (++failures >= this.#connections.length) throw unavailable();
+        if (++failures >= this.#connections.length || performance.now() >= (until ?? Infinity)) {
+          throw unavailable();
+        }
         continue;
       }
       if (closed.aborted) throw new LockError("The client is closed");
@@ -937,16 +968,17 @@ function unexpected(reply) {
 async function acquire(ctx, key, { leaseMs, waitMs, signal }, granted) {
   if (signal?.aborted) throw new LockAbortedError(key, signal.reason);
   const { router } = ctx;
-  const attempt = {
-    abandoned: false
-  };
   const started = performance.now();
+  const attempt = {
+    abandoned: false,
+    until: waitMs === 0 ? void 0 : started + waitMs + REPLY_MARGIN_MS + 2 * router.latency
+  };
   let sentAt = started;
   const { promise, resolve, reject } = Promise.withResolvers();
-  let timer;
+  let cancelDeadline;
   let sends = 0;
   const cleanup = () => {
-    clearTimeout(timer);
+    cancelDeadline?.();
     signal?.removeEventListener("abort", onAbort);
   };
   const giveUp = (error) => {
@@ -968,10 +1000,10 @@ async function acquire(ctx, key, { leaseMs, waitMs, signal }, granted) {
     sentAt = performance.now();
     const left = waitMs === 0 ? 0 : Math.max(1, Math.ceil(waitMs - (sentAt - started)));
     if (left > 0) {
-      clearTimeout(timer);
+      cancelDeadline?.();
       const send = ++sends;
       const received = connection.received;
-      timer = setTimeout(() => ctx.track(deadline(connection, received, send)), left + REPLY_MARGIN_MS + 2 * router.latency);
+      cancelDeadline = after(left + REPLY_MARGIN_MS + 2 * router.latency, () => ctx.track(deadline(connection, received, send)));
     }
     return acquireLine(key, leaseMs, left);
   };
@@ -1028,8 +1060,8 @@ async function release(ctx, key, token) {
 function within(ctx, ms, promise, late) {
   ctx.track(promise);
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(late()), Math.max(0, ms));
-    promise.then(resolve, reject).finally(() => clearTimeout(timer));
+    const cancel = after(ms, () => reject(late()));
+    promise.then(resolve, reject).finally(cancel);
   });
 }
 

@@ -47,3 +47,46 @@ export class FreezeDetector {
     return was;
   }
 }
+
+/** What a node that was frozen knows when it decides whether to act again. */
+export interface FreezeView {
+  /** Whether it is active (its state may be stale: it must not serve from it). */
+  active: boolean;
+  /** The live peers heard since the freeze was noticed. */
+  fresh: readonly {
+    role: string;
+    activeAddress: string | undefined;
+    floor: bigint;
+    mark: bigint;
+  }[];
+  /** How many peers it has in all. */
+  peers: number;
+  /** Whether a failover timeout has passed since the freeze was noticed. */
+  waited: boolean;
+  /** Its own address. */
+  self: string;
+  /** The floor of the activation its state belongs to. */
+  floor: bigint;
+  /** The token mark it reserved. */
+  reserved: bigint;
+}
+
+/**
+ * What a node that was frozen does next (docs/cluster.md, "Two actives at once"): `wait`
+ * for word from its peers (decide nothing), stay `parked` (an active that has seen another
+ * active, or its traces: one that is active or names another active, or knows a later
+ * activation, a higher floor, or tokens above any this node reserved; until that node's
+ * state is merged), or `resume`. A standby resumes on the first fresh word; an active once
+ * it has heard every peer, or a failover timeout has passed.
+ */
+export function freezeVerdict(view: FreezeView): "wait" | "parked" | "resume" {
+  if (view.fresh.length === 0 && !view.waited) return "wait";
+  if (!view.active) return "resume";
+  const newer = view.fresh.some((p) =>
+    p.role === "active" || p.role === "handing-off" ||
+    (p.activeAddress !== undefined && p.activeAddress !== view.self) ||
+    p.floor > view.floor || p.mark > view.reserved
+  );
+  if (newer) return "parked";
+  return view.fresh.length < view.peers && !view.waited ? "wait" : "resume";
+}

@@ -12,9 +12,10 @@
 import { NO_ACTIVE_NODE } from "../../client/codec.ts";
 import type { Gate } from "../session.ts";
 import { decide, promotionFloor, type Role, type SelfView, successor } from "./election.ts";
-import { type Carried, handoffLimitMs, Handoffs, mergeHandoff, redirectTo } from "./handoff.ts";
+import { type Carried, handoffLimitMs, redirectTo } from "./handoff.ts";
+import { Handover } from "./handover.ts";
 import type { HandoffBegin, Heartbeat } from "./peer_codec.ts";
-import { FreezeDetector } from "./freeze.ts";
+import { FreezeDetector, freezeVerdict } from "./freeze.ts";
 import type { PeerReceiver } from "./peer_inbound.ts";
 import { PeerViews } from "./peer_views.ts";
 import type { Cancel, ClusterIo, ClusterOptions, ServerPort } from "./ports.ts";
@@ -55,7 +56,7 @@ export class ClusterNode implements PeerReceiver {
   };
   /** The replication stream to the standbys while active: the lock table's change feed. */
   readonly stream: ReplicationStream;
-  #handoffs: Handoffs;
+  #handover: Handover;
   #lastActiveSeen: number;
   /** After this process was frozen (SIGSTOP, a long pause): hold still until peers are heard. */
   #freeze: FreezeDetector;
@@ -81,17 +82,52 @@ export class ClusterNode implements PeerReceiver {
       },
       retryMs: options.failoverTimeoutMs,
     });
-    const limitMs = handoffLimitMs(options.heartbeatMs, options.failoverTimeoutMs);
-    this.#handoffs = new Handoffs(ctx, limitMs, (handoff) => {
-      port.log.warn(`${handoff.to} did not take over in time`);
-      // A leaving node stays handing off: leave() tries the next standby.
-      if (handoff.leaving) return;
-      this.#setRole("active", "still active");
-      port.unpark();
-      port.resumeTimers();
-      this.#announce();
+    // deno-lint-ignore no-this-alias
+    const node = this; // The host's getters read the node's fields.
+    this.#handover = new Handover(ctx, {
+      get role() {
+        return node.#role;
+      },
+      get activation() {
+        return node.#activation;
+      },
+      get predecessor() {
+        return node.#predecessor;
+      },
+      inSync: (address) => {
+        const peer = this.#peers.get(address);
+        return this.stream.has(address) && peer !== undefined && peer.synced &&
+          peer.activation === this.#activation;
+      },
+      setRole: (role, why) => this.#setRole(role, why),
+      announce: () => this.#announce(),
+      handedOver: (address, leaving) => this.#handedOver(address, leaving),
+      stillActive: () => {
+        this.#setRole("active", "still active");
+        port.unpark();
+        port.resumeTimers();
+        this.#announce();
+      },
+      merged: () => {
+        if (this.#freeze.clear()) {
+          port.unpark();
+          port.resumeTimers();
+        }
+      },
+      becomeActive: (from, activation) => this.#becomeActive(`took over from ${from}`, activation),
+      notTaken: () => port.unpark(),
+    }, {
+      takenWithinMs: handoffLimitMs(options.heartbeatMs, options.failoverTimeoutMs),
+      commitWithinMs: options.failoverTimeoutMs,
+      newActivation: io.newActivation ?? randomActivation,
+      log: port.log,
     });
-    this.stream = new ReplicationStream(ctx, () => this.#role === "active");
+    this.stream = new ReplicationStream(ctx, {
+      streaming: () => this.#role === "active",
+      mode: options.replication,
+      live: (address) => this.#peers.heardSince(-Infinity, port.clock(), address),
+      log: port.log,
+    });
   }
 
   /** The current role. */
@@ -124,6 +160,7 @@ export class ClusterNode implements PeerReceiver {
       case "handing-off":
         return PARK;
       default: {
+        if (this.#handover.taking) return PARK;
         const active = this.#activeAddress;
         return active !== undefined &&
             (this.#isLiveActive(active) || this.#peers.relayedLive(active, this.#port.clock()))
@@ -146,12 +183,8 @@ export class ClusterNode implements PeerReceiver {
    * was nobody to hand over to (stop as a single node does).
    */
   async leave(): Promise<boolean> {
-    const pending = this.#handoffs.pending;
-    if (pending !== undefined) {
-      // A handover is already under way (failback, demotion): finish it, then leave.
-      pending.leaving = true;
-      if (await pending.outcome) return true;
-    }
+    // A handover already under way (failback, demotion): finish it, then leave.
+    if (await this.#handover.leaveDuring()) return true;
     if (this.#role !== "active") {
       this.#setRole("leaving", "leaving");
       return false;
@@ -164,7 +197,7 @@ export class ClusterNode implements PeerReceiver {
       const heir = successor(this.#selfView(), live);
       if (heir === undefined) break;
       tried.add(heir.address);
-      if (await this.#handOver(heir.address, true, true)) return true;
+      if (await this.#handover.start(heir.address, true, true)) return true;
       const role = this.#role as Role; // (changed while awaiting)
       if (role !== "handing-off" && role !== "active") break;
     }
@@ -176,7 +209,7 @@ export class ClusterNode implements PeerReceiver {
   stop(): void {
     this.#stopped = true;
     this.#stopTicking?.();
-    this.#handoffs.stop();
+    this.#handover.stop();
   }
 
   /** A peer link came up: announce ourselves, and ask for the stream if it is our active. */
@@ -221,9 +254,16 @@ export class ClusterNode implements PeerReceiver {
     }
   }
 
+  /** `ACK n` from `address`: it applied the stream up to batch `n` (sync replication). */
+  acked(address: string, n: number): void {
+    if (this.#role === "active") this.stream.acked(address, n);
+  }
+
   /** `SYNC` from `address`: send it a snapshot and the stream, if this node is active. */
   syncRequested(address: string): void {
-    if (this.#role !== "active" || !this.#io.network.up(address)) return;
+    // A frozen active's state may be stale: no standby should trade its replica for it.
+    if (this.#role !== "active" || this.#freeze.since !== undefined) return;
+    if (!this.#io.network.up(address)) return;
     this.stream.snapshot(address, this.#activation!, this.replica.floor);
   }
 
@@ -244,47 +284,32 @@ export class ClusterNode implements PeerReceiver {
     }
   }
 
-  /**
-   * `HANDOFFEND` after `HANDOFF`: `address` hands the active role to this node, with its
-   * holders in `full` mode (`carried`), or relying on this node's replica in `sync` mode
-   * (see {@linkcode mergeHandoff}).
-   */
+  /** `HANDOFF` ... `HANDOFFEND` from `address`: see {@linkcode Handover.receive}. */
   takeOver(address: string, header: HandoffBegin, carried: Carried[] | undefined): void {
     if (this.#role === "handing-off" || this.#role === "leaving" || this.#stopped) return;
-    if (!this.#peers.has(address)) return;
-    mergeHandoff(
-      {
-        table: this.#port.table,
-        tokens: this.#port.tokens,
-        now: this.#port.clock(),
-        ownActivation: this.#role === "active" ? this.#activation : undefined,
-      },
-      header,
-      carried,
-    );
-    if (this.#role !== "active") this.#becomeActive(`took over from ${address}`);
-    else if (this.#freeze.clear()) {
-      // The other active's state is merged: nothing left to wait for.
-      this.#port.unpark();
-      this.#port.resumeTimers();
-    }
-    this.#io.network.send(address, { type: "TAKEN", activation: this.#activation! });
-    this.#announce();
+    if (this.#peers.has(address)) this.#handover.receive(address, header, carried);
   }
 
-  /** `TAKEN` from `address`: the successor is active; redirect everything to it. */
-  handedOver(address: string): void {
-    const handoff = this.#handoffs.confirm(address);
-    if (handoff === undefined) return;
+  /** `COMMIT` or `ABORT` of the takeover this node agreed to with `TAKEN`. */
+  handoffOutcome(address: string, activation: string, committed: boolean): void {
+    if (!this.#stopped) this.#handover.outcome(address, activation, committed);
+  }
+
+  /** `TAKEN` from `address`: see {@linkcode Handover.taken}. */
+  handedOver(address: string, activation: string): void {
+    this.#handover.taken(address, activation);
+  }
+
+  /** The successor `address` confirmed: redirect everything to it. */
+  #handedOver(address: string, leaving: boolean): void {
     this.#activeAddress = address;
     this.replica.drop();
     this.#activation = undefined;
     this.stream.clear();
-    this.#setRole(handoff.leaving ? "leaving" : "standby", `handed over to ${address}`);
+    this.#setRole(leaving ? "leaving" : "standby", `handed over to ${address}`);
     this.#port.answerQueued(redirectTo(address));
     this.#port.unpark();
     this.#announce();
-    this.#handoffs.settle(handoff);
   }
 
   // -- the heartbeat ------------------------------------------------------------------
@@ -296,21 +321,11 @@ export class ClusterNode implements PeerReceiver {
     this.#checkFrozen(now);
     this.#freeze.ticked(now);
     this.#announce();
+    this.stream.check();
     if (this.#role === "active") this.#lastActiveSeen = now;
     const live = this.#peers.live(now);
     const since = this.#freeze.since;
-    if (since !== undefined) {
-      // After a freeze, decide nothing on stale views: wait for fresh heartbeats, and while
-      // another node is active, for its state to be merged (or the failover timeout).
-      const heard = this.#peers.heardSince(since, now);
-      const waited = now - since >= this.#options.failoverTimeoutMs;
-      if (!heard && !waited) return;
-      const otherActive = live.some((p) => p.role === "active" || p.role === "handing-off");
-      if ((!otherActive || waited) && this.#freeze.clear() && this.#role === "active") {
-        this.#port.unpark();
-        this.#port.resumeTimers();
-      }
-    }
+    if (since !== undefined && !this.#settleFreeze(since, now)) return;
     const decision = decide(this.#selfView(), live, this.#options.failoverTimeoutMs);
     switch (decision.kind) {
       case "follow":
@@ -321,11 +336,31 @@ export class ClusterNode implements PeerReceiver {
         break;
       case "hand-over":
         if (decision.merge || this.#failbackSettled(decision.address, now)) {
-          this.#handOver(decision.address, decision.merge, false);
+          this.#handover.start(decision.address, decision.merge, false);
         }
         break;
     }
     this.#requestSync(now);
+  }
+
+  /** After a freeze: whether the tick may go on to decide (see {@linkcode freezeVerdict}). */
+  #settleFreeze(since: number, now: number): boolean {
+    const verdict = freezeVerdict({
+      active: this.#role === "active",
+      fresh: this.#peers.live(now).filter((p) => this.#peers.heardSince(since, now, p.address))
+        .map((p) => ({ ...p, mark: this.#peers.get(p.address)!.mark })),
+      peers: this.#peers.size,
+      waited: now - since >= this.#options.failoverTimeoutMs,
+      self: this.#self,
+      floor: this.replica.floor,
+      reserved: this.#port.tokens.reserved,
+    });
+    if (verdict === "wait") return false;
+    if (verdict === "resume" && this.#freeze.clear() && this.#role === "active") {
+      this.#port.unpark();
+      this.#port.resumeTimers();
+    }
+    return true;
   }
 
   /**
@@ -427,8 +462,9 @@ export class ClusterNode implements PeerReceiver {
     this.#becomeActive(this.#peers.size === 0 ? "single node" : "promoted");
   }
 
-  #becomeActive(why: string): void {
-    this.#activation = (this.#io.newActivation ?? randomActivation)();
+  #becomeActive(why: string, activation?: string): void {
+    this.#handover.forgetTaking();
+    this.#activation = activation ?? (this.#io.newActivation ?? randomActivation)();
     this.replica.own(this.#port.tokens.last);
     this.#activeAddress = this.#self;
     this.stream.clear();
@@ -437,33 +473,5 @@ export class ClusterNode implements PeerReceiver {
     this.#port.unpark();
     this.#port.resumeTimers();
     this.#announce();
-  }
-
-  /**
-   * Hands the active role to `address`: parks requests and freezes lease timers (the role
-   * `handing-off`), sends the handover (with every holder when `merge`) and waits for
-   * `TAKEN`. On failure a leaving node reports `false`; otherwise it stays active.
-   */
-  #handOver(address: string, merge: boolean, leaving: boolean): Promise<boolean> {
-    // A leaving node retries from "handing-off" with the next standby.
-    const free = this.#role === "active" || (leaving && this.#role === "handing-off");
-    if (this.#handoffs.pending !== undefined || !free) return Promise.resolve(false);
-    const peer = this.#peers.get(address);
-    if (peer === undefined || !this.#io.network.up(address)) return Promise.resolve(false);
-    // `sync` relies on the successor's replica: only for a standby this node streams to now.
-    const inSync = this.stream.has(address) && peer.synced &&
-      peer.activation === this.#activation;
-    this.#setRole("handing-off", `handing over to ${address}`);
-    const tokens = this.#port.tokens;
-    const outcome = this.#handoffs.start(address, {
-      activation: this.#activation!,
-      lastToken: tokens.last,
-      mark: tokens.reserved,
-      mode: merge || !inSync ? "full" : "sync",
-      predecessor: this.#predecessor.activation,
-      predecessorToken: this.#predecessor.token,
-    }, leaving);
-    this.#announce();
-    return outcome;
   }
 }

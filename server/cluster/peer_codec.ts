@@ -101,6 +101,38 @@ export interface HandoffBegin {
   predecessorToken: bigint;
 }
 
+/**
+ * `SEQ <n>`: everything the active streamed before this line is its batch `n` (batches are
+ * numbered from 1 in each activation). Sent in sync replication (docs/cluster.md,
+ * "Replication modes").
+ */
+export interface SeqMessage {
+  /** Message type. */
+  type: "SEQ";
+  /** The batch number. */
+  seq: number;
+}
+
+/** `ACK <n>`: a standby applied every batch of the stream up to `n`. */
+export interface AckMessage {
+  /** Message type. */
+  type: "ACK";
+  /** The highest batch applied. */
+  seq: number;
+}
+
+/**
+ * `COMMIT <activation>`: the sender of a handover confirms the successor that answered
+ * `TAKEN <activation>`, which may serve from now on. `ABORT <activation>`: it had given up
+ * on that successor (it answered too late), which stays a standby.
+ */
+export interface HandoffOutcome {
+  /** Message type. */
+  type: "COMMIT" | "ABORT";
+  /** The successor's activation, from its `TAKEN`. */
+  activation: string;
+}
+
 /** `TAKEN <activation>`: the successor is active now. */
 export interface Taken {
   /** Message type. */
@@ -121,6 +153,9 @@ export type PeerMessage =
   | { type: "SNAPEND" }
   | HandoffBegin
   | { type: "HANDOFFEND" }
+  | SeqMessage
+  | AckMessage
+  | HandoffOutcome
   | Taken;
 
 /** A peer line that is not a valid message. */
@@ -146,7 +181,11 @@ const FIELDS: Record<string, number> = {
   SNAPEND: 1,
   HANDOFF: 7,
   HANDOFFEND: 1,
+  SEQ: 2,
+  ACK: 2,
   TAKEN: 2,
+  COMMIT: 2,
+  ABORT: 2,
 };
 
 /** `H <key> <token> <remaining ms>`: the replication hot path's builder. */
@@ -181,7 +220,12 @@ export function encodePeer(message: PeerMessage): string {
         message.predecessor ?? "-"
       } ${message.predecessorToken}`;
     case "TAKEN":
-      return `TAKEN ${message.activation}`;
+    case "COMMIT":
+    case "ABORT":
+      return `${message.type} ${message.activation}`;
+    case "SEQ":
+    case "ACK":
+      return `${message.type} ${message.seq}`;
     default:
       return message.type;
   }
@@ -226,6 +270,14 @@ function key(text: string): string {
   const problem = keyError(text);
   if (problem !== undefined) throw new Malformed(problem);
   return text;
+}
+
+function batch(text: string): number {
+  const value = Number(text);
+  if (!/^[1-9][0-9]{0,15}$/.test(text) || !Number.isSafeInteger(value)) {
+    throw new Malformed("batch number must be a positive integer below 2^53");
+  }
+  return value;
 }
 
 function milliseconds(text: string): number {
@@ -304,7 +356,12 @@ export function decodePeer(line: string): PeerMessage | PeerDecodeError {
         };
       }
       case "TAKEN":
+      case "COMMIT":
+      case "ABORT":
         return { type, activation: activation(f[1]) };
+      case "SEQ":
+      case "ACK":
+        return { type, seq: batch(f[1]) };
       default:
         return { type } as PeerMessage;
     }

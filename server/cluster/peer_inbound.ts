@@ -30,8 +30,12 @@ export interface PeerReceiver {
   readonly replica: Replica;
   /** `HANDOFFEND` after `HANDOFF`: take over from `peer`. */
   takeOver(peer: string, header: HandoffBegin, carried: Carried[] | undefined): void;
-  /** `TAKEN`: the successor is active. */
-  handedOver(peer: string): void;
+  /** `TAKEN <activation>`: the successor agreed to take over. */
+  handedOver(peer: string, activation: string): void;
+  /** `COMMIT` (`committed` true) or `ABORT` of the takeover this node answered with `TAKEN`. */
+  handoffOutcome(peer: string, activation: string, committed: boolean): void;
+  /** `ACK n`: `peer` applied this node's stream up to batch `n`. */
+  acked(peer: string, n: number): void;
   /** The connection from `peer` closed: the stream it carried stopped. */
   streamLost(peer: string): void;
 }
@@ -133,7 +137,17 @@ export class PeerInbound implements LineHandler {
         this.#handoff = undefined;
         return;
       case "TAKEN":
-        node.handedOver(this.#peer);
+        node.handedOver(this.#peer, message.activation);
+        return;
+      case "SEQ":
+        if (node.follows(this.#peer)) node.replica.batch(this.#peer, message.seq);
+        return;
+      case "ACK":
+        node.acked(this.#peer, message.seq);
+        return;
+      case "COMMIT":
+      case "ABORT":
+        node.handoffOutcome(this.#peer, message.activation, message.type === "COMMIT");
         return;
       case "PEER":
         // A second handshake on an open link: harmless, ignored.

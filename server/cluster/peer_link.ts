@@ -104,6 +104,7 @@ export class PeerLink {
       }, {
         batch: this.#options.batch,
         log: this.#options.log,
+        urgent: true,
         dropAt: PEER_OUTPUT_LIMIT,
         pauseAt: PEER_OUTPUT_LIMIT,
       });

@@ -127,9 +127,10 @@ export class PeerViews {
     return false;
   }
 
-  /** Whether any peer was heard after `since` and is live at `now`. */
-  heardSince(since: number, now: number): boolean {
+  /** Whether any peer (or `address` only) was heard after `since` and is live at `now`. */
+  heardSince(since: number, now: number, address?: string): boolean {
     for (const peer of this.#peers.values()) {
+      if (address !== undefined && peer.address !== address) continue;
       if (peer.lastHeard > since && now - peer.lastHeard < this.#timeoutMs) return true;
     }
     return false;

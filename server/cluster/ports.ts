@@ -11,15 +11,19 @@ import type { Holder } from "../engine/lock_table.ts";
 import type { Logger } from "../log.ts";
 import type { Role } from "./election.ts";
 import type { PeerMessage } from "./peer_codec.ts";
+import type { ReplicationMode } from "./replication.ts";
 
 /** The part of the lock table a cluster node replicates and merges. */
 export interface ReplicatedTable {
   /** Queued acquires (a failback with waiters waits for clients to reconnect). */
   readonly waiting: number;
-  /** Every current grant. */
-  holders(): Iterable<Holder>;
-  /** Installs a grant from elsewhere unless the key has a higher token. */
-  restore(key: string, token: bigint, deadline: number): boolean;
+  /** Every current grant (without settling what is due when `settle` is false). */
+  holders(settle?: boolean): Iterable<Holder>;
+  /**
+   * Installs a grant from elsewhere unless the key has a higher token (without settling
+   * what is due first when `settle` is false).
+   */
+  restore(key: string, token: bigint, deadline: number, settle?: boolean): boolean;
   /** Drops the grant of `key` if it carries `token` (a replicated release). */
   forget(key: string, token: bigint): boolean;
   /** Releases a grant, passing it to the next waiter. */
@@ -80,6 +84,8 @@ export interface ClusterOptions {
   heartbeatMs: number;
   /** Silence after which a peer counts as dead, in ms. */
   failoverTimeoutMs: number;
+  /** `sync`: answer changes once an in-sync standby acknowledged them. Default `async`. */
+  replication?: ReplicationMode;
 }
 
 /** What the node is given to act on the world. */

@@ -69,6 +69,11 @@ export class Replica {
     this.#ctx.tokens.raiseTo(mark);
   }
 
+  /** `SEQ n` from `active`: everything before it is applied, so acknowledge batch `n`. */
+  batch(active: string, n: number): void {
+    if (this.synced) this.#ctx.network.send(active, { type: "ACK", seq: n });
+  }
+
   /** `SNAPEND`: the snapshot is complete; the stream continues. */
   end(activation: string): void {
     this.synced = true;

@@ -1,42 +1,84 @@
 /**
- * The active node's replication stream (docs/cluster.md, "Peer protocol"): a snapshot for
- * each standby that asks (`SYNC`), then every change as it happens: `H` for a new holder
- * or lease, `F` for a freed key, `W` for a reserved token block, announced before any
- * token of it is issued.
+ * The active node's replication stream (docs/cluster.md, "Peer protocol" and "Replication
+ * modes"): a snapshot for each standby that asks (`SYNC`), then every change as it happens:
+ * `H` for a new holder or lease, `F` for a freed key, `W` for a reserved token block,
+ * announced before any token of it is issued.
+ *
+ * In sync replication the stream is cut into numbered batches (`SEQ n` after each batch's
+ * changes, one per read or timer run) and standbys answer `ACK n`; the stream is then the
+ * {@linkcode ReplyGate} of client sockets: a reply goes out once an in-sync standby
+ * acknowledged every change made before it. With no standby in sync the active keeps
+ * serving without waiting (degraded) until one catches up.
  *
  * @module
  */
 
+import type { Flushable } from "../batch.ts";
+import type { ReplyGate } from "../line_socket.ts";
+import type { Logger } from "../log.ts";
 import type { ClusterContext } from "./ports.ts";
+
+/** How the active answers changes: at once (`async`) or once a standby has them (`sync`). */
+export type ReplicationMode = "async" | "sync";
 
 /** Lease left, as it crosses the wire: whole milliseconds, at least 1. */
 export function remainingMs(deadline: number, now: number): number {
   return Math.max(1, Math.ceil(deadline - now));
 }
 
-/** The standbys this active node streams to, and the stream itself. */
-export class ReplicationStream {
-  #ctx: ClusterContext;
-  #streaming: () => boolean;
-  #replicas = new Set<string>();
+/** Options of {@linkcode ReplicationStream}. */
+export interface ReplicationOptions {
+  /** Whether changes are streamed now (only while this node is active). */
+  streaming(): boolean;
+  /** The replication mode. Default `async`. */
+  mode?: ReplicationMode;
+  /** Whether a standby is live (heard within the failover timeout). */
+  live?(address: string): boolean;
+  /** Where the sync mode's state changes are reported. */
+  log?: Logger;
+}
 
-  /**
-   * @param ctx The node's table, tokens, clock and links.
-   * @param streaming Whether changes are streamed now (only while this node is active).
-   */
-  constructor(ctx: ClusterContext, streaming: () => boolean) {
+/** What the stream knows of one standby it streams to. */
+interface Follower {
+  /** The first batch after its snapshot: once it acknowledged that one, it is in sync. */
+  since: number;
+  /** The highest batch it acknowledged. */
+  acked: number;
+}
+
+/** The standbys this active node streams to, and the stream itself. */
+export class ReplicationStream implements ReplyGate {
+  #ctx: ClusterContext;
+  #options: ReplicationOptions;
+  #sync: boolean;
+  #followers = new Map<string, Follower>();
+  /** The last batch sealed (sync mode). */
+  #seq = 0;
+  /** Whether changes were streamed since the last seal. */
+  #dirty = false;
+  #waiting = new Set<Flushable>();
+  #degraded = false;
+
+  /** @param ctx The node's table, tokens, clock and links. @param options Mode and hooks. */
+  constructor(ctx: ClusterContext, options: ReplicationOptions) {
     this.#ctx = ctx;
-    this.#streaming = streaming;
+    this.#options = options;
+    this.#sync = options.mode === "sync";
   }
 
   /** Whether `address` receives the stream. */
   has(address: string): boolean {
-    return this.#replicas.has(address);
+    return this.#followers.has(address);
   }
 
   /** Whether anyone receives the stream. */
   get empty(): boolean {
-    return this.#replicas.size === 0;
+    return this.#followers.size === 0;
+  }
+
+  /** Whether a sync-mode active has no standby in sync (it answers without waiting). */
+  get degraded(): boolean {
+    return this.#degraded;
   }
 
   /**
@@ -57,35 +99,106 @@ export class ReplicationStream {
     }
     network.send(address, { type: "W", mark: tokens.reserved });
     network.send(address, { type: "SNAPEND" });
-    this.#replicas.add(address);
+    this.#followers.set(address, { since: this.#seq + 1, acked: 0 });
+    // The next seal numbers a batch, so the new standby acknowledges (and is in sync) soon.
+    this.#dirty = true;
   }
 
   /** `key` is held by `token` until `deadline` (a grant, a handover to a waiter, an extend). */
   held(key: string, token: bigint, deadline: number): void {
-    if (this.#replicas.size === 0 || !this.#streaming()) return;
+    if (this.#followers.size === 0 || !this.#options.streaming()) return;
     const ms = remainingMs(deadline, this.#ctx.clock());
-    this.#ctx.network.broadcast(this.#replicas, { type: "H", key, token, remainingMs: ms });
+    this.#ctx.network.broadcast(this.#followers.keys(), { type: "H", key, token, remainingMs: ms });
+    this.#dirty = true;
   }
 
   /** `key` is free. */
   freed(key: string, token: bigint): void {
-    if (this.#replicas.size === 0 || !this.#streaming()) return;
-    this.#ctx.network.broadcast(this.#replicas, { type: "F", key, token });
+    if (this.#followers.size === 0 || !this.#options.streaming()) return;
+    this.#ctx.network.broadcast(this.#followers.keys(), { type: "F", key, token });
+    this.#dirty = true;
   }
 
   /** A token block up to `mark` is being reserved: announced before any token of it is used. */
   reserved(mark: bigint): void {
-    if (this.#replicas.size === 0 || !this.#streaming()) return;
-    this.#ctx.network.broadcast(this.#replicas, { type: "W", mark });
+    if (this.#followers.size === 0 || !this.#options.streaming()) return;
+    this.#ctx.network.broadcast(this.#followers.keys(), { type: "W", mark });
+    this.#dirty = true;
+  }
+
+  /** Ends the current batch (before the peer links are written): `SEQ n` in sync mode. */
+  seal(): void {
+    if (!this.#dirty) return;
+    this.#dirty = false;
+    if (!this.#sync || this.#followers.size === 0 || !this.#options.streaming()) return;
+    this.#ctx.network.broadcast(this.#followers.keys(), { type: "SEQ", seq: ++this.#seq });
+  }
+
+  /** `ACK n` from `address`: it applied every batch up to `n`. */
+  acked(address: string, n: number): void {
+    const follower = this.#followers.get(address);
+    if (follower === undefined || n <= follower.acked || n > this.#seq) return;
+    follower.acked = n;
+    this.#wake();
   }
 
   /** `address` no longer receives the stream (its link dropped). */
   remove(address: string): void {
-    this.#replicas.delete(address);
+    if (this.#followers.delete(address)) this.#wake();
   }
 
   /** Nobody receives the stream (this node is no longer active). */
   clear(): void {
-    this.#replicas.clear();
+    this.#followers.clear();
+    this.#seq = 0;
+    this.#dirty = false;
+    this.#degraded = false;
+    this.#wake();
+  }
+
+  /** Re-checks which standbys are in sync (every heartbeat: a paused one stops counting). */
+  check(): void {
+    if (this.#sync && this.#waiting.size > 0) this.#wake();
+    else this.reached();
+  }
+
+  /** {@linkcode ReplyGate}: the batch a reply queued now belongs to (0: nothing to wait for). */
+  position(): number {
+    if (!this.#sync || this.#followers.size === 0) return 0;
+    return this.#dirty ? this.#seq + 1 : this.#seq;
+  }
+
+  /** {@linkcode ReplyGate}: the highest batch an in-sync standby acknowledged. */
+  reached(): number {
+    let reached = 0;
+    let inSync: string | undefined;
+    for (const [address, follower] of this.#followers) {
+      if (follower.acked < follower.since || this.#options.live?.(address) === false) continue;
+      inSync ??= address;
+      if (follower.acked > reached) reached = follower.acked;
+    }
+    const degraded = this.#sync && this.#options.streaming() && inSync === undefined;
+    if (degraded !== this.#degraded) {
+      this.#degraded = degraded;
+      this.#options.log?.warn(
+        degraded
+          ? "replication degraded: no standby in sync, answering without acknowledgements"
+          : `replication in sync again (${inSync})`,
+      );
+    }
+    return inSync === undefined ? Infinity : reached;
+  }
+
+  /** {@linkcode ReplyGate}: flush `socket` when acknowledgements arrive. */
+  wait(socket: Flushable): void {
+    this.#waiting.add(socket);
+  }
+
+  #wake(): void {
+    this.reached();
+    if (this.#waiting.size === 0) return;
+    const waiting = [...this.#waiting];
+    this.#waiting.clear();
+    for (const socket of waiting) socket.flush();
   }
 }

@@ -254,10 +254,13 @@ export class LockTable<T> {
    * `key` is held by `token` until `deadline` (ms, this table's clock) unless it already
    * has a grant with a higher token. Waiters, if any, stay queued behind the new holder.
    *
+   * @param settle Settle what is due first, as every operation does (default). A merge
+   * passes `false`: this table's own leases that ran out while its node was frozen must not
+   * pass to waiters before the fresher state is in.
    * @returns `true` if the grant was installed.
    */
-  restore(key: string, token: bigint, deadline: number): boolean {
-    this.advance();
+  restore(key: string, token: bigint, deadline: number, settle = true): boolean {
+    if (settle) this.advance();
     if (deadline <= this.#clock()) return false;
     const slot = this.#locks.find(key);
     if (slot < 0) this.#locks.add(key, token, deadline, this.#nextSeq());
@@ -293,9 +296,13 @@ export class LockTable<T> {
     }
   }
 
-  /** Every current grant, for a snapshot. Walks all keys: never on a hot path. */
-  *holders(): IterableIterator<Holder> {
-    this.advance();
+  /**
+   * Every current grant, for a snapshot. Walks all keys: never on a hot path.
+   *
+   * @param settle Settle what is due first (default); see {@linkcode restore}.
+   */
+  *holders(settle = true): IterableIterator<Holder> {
+    if (settle) this.advance();
     for (const slot of this.#locks.slots()) yield this.#describe(slot);
   }
 
