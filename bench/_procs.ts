@@ -126,6 +126,8 @@ export interface LockdOptions {
   peers?: string[];
   /** Name for messages. */
   name?: string;
+  /** More command-line arguments (e.g. `--replication sync`). */
+  args?: string[];
 }
 
 /**
@@ -135,6 +137,7 @@ export interface LockdOptions {
 export function startLockd(options: LockdOptions): Promise<ServerProcess> {
   const args = ["--listen", `127.0.0.1:${options.port ?? 0}`, "--data-dir", options.dataDir];
   if (options.peers) args.push("--peers", options.peers.join(","));
+  if (options.args) args.push(...options.args);
   return startDenoServer(SERVER_MAIN, args, options.name ?? "lockd");
 }
 

@@ -287,6 +287,52 @@ export function table(results: Results): string[] {
   ];
 }
 
+/** Async against sync replication (scenario 5), as its own table. */
+function replicationTable(results: Results): string[] {
+  const r = results.cluster?.replication;
+  if (r === undefined) return [];
+  const line = (metric: string, a: string, b: string, x: string) =>
+    `| ${metric} | ${a} | ${b} | ${x} |`;
+  const latency = (m: { p50: number; p99: number }) => cell(num(m.p50), num(m.p99));
+  return [
+    "## Replication: async against sync (2 nodes, one standby, alternating runs)",
+    "",
+    "| metric | async | sync | sync/async |",
+    "| --- | --- | --- | --- |",
+    line(
+      "pairs/s, 64 conn × 32 in flight",
+      int(r.pipelined.async.pairsPerS),
+      int(r.pipelined.sync.pairsPerS),
+      ratio(r.pipelined.sync.pairsPerS, r.pipelined.async.pairsPerS),
+    ),
+    line(
+      "pair latency p50 / p99 (µs), 64 conn × 32 in flight",
+      latency(r.pipelined.async),
+      latency(r.pipelined.sync),
+      cell(
+        ratio(r.pipelined.sync.p50, r.pipelined.async.p50),
+        ratio(r.pipelined.sync.p99, r.pipelined.async.p99),
+      ),
+    ),
+    line(
+      "pairs/s, 1 conn × 1 in flight",
+      int(r.single.async.pairsPerS),
+      int(r.single.sync.pairsPerS),
+      ratio(r.single.sync.pairsPerS, r.single.async.pairsPerS),
+    ),
+    line(
+      "pair latency p50 / p99 (µs), 1 conn × 1 in flight",
+      latency(r.single.async),
+      latency(r.single.sync),
+      cell(
+        ratio(r.single.sync.p50, r.single.async.p50),
+        ratio(r.single.sync.p99, r.single.async.p99),
+      ),
+    ),
+    "",
+  ];
+}
+
 export function markdown(
   results: Results,
   machine: Json,
@@ -319,6 +365,7 @@ export function markdown(
     "",
     ...table(results),
     "",
+    ...replicationTable(results),
     "## Targets (issue #6)",
     "",
     "| target | measured | status |",

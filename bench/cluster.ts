@@ -7,10 +7,42 @@
 import { Bench, type Json, progress } from "./_bench.ts";
 import { freePorts, type ServerProcess, sleep, startLockd, startRedis } from "./_procs.ts";
 import { num, quantile } from "./_stats.ts";
-import { type PairsFigure, pairsMedian, pairsRuns } from "./pairs.ts";
+import { type PairsFigure, type PairsMedian, pairsMedian, pairsRuns } from "./pairs.ts";
+
+/** Async and sync clusters in turn (the pair runs' two slots), `conns` × `depth`. */
+async function asyncVsSync(
+  bench: Bench,
+  conns: number,
+  depth: number,
+): Promise<ReplicationFigure["pipelined"]> {
+  // The runs alternate between the two slots: "lockd" is the async cluster, "redis" the sync.
+  const runs = await pairsRuns(
+    bench,
+    "scenario 5, async vs sync replication",
+    conns,
+    depth,
+    ["lockd", "redis"],
+    (slot) => startCluster(bench, slot === "lockd" ? "async" : "sync"),
+    () => "lockd",
+  );
+  return {
+    async: pairsMedian(runs.lockd),
+    sync: pairsMedian(runs.redis),
+    runs: { async: runs.lockd, sync: runs.redis },
+  };
+}
+
+/** Async against sync replication, alternating in one run (both with one standby). */
+export interface ReplicationFigure {
+  /** 64 connections × 32 in flight. */
+  pipelined: { async: PairsMedian; sync: PairsMedian; runs: { async: Json[]; sync: Json[] } };
+  /** One connection, one request at a time: what an acknowledgement adds to latency. */
+  single: { async: PairsMedian; sync: PairsMedian; runs: { async: Json[]; sync: Json[] } };
+}
 
 export interface ClusterFigure {
   pairs: PairsFigure;
+  replication: ReplicationFigure;
   failover: { runs: Json[]; p50: number; p99: number; max: number; failed: number };
   handoff: {
     runs: Json[];
@@ -24,7 +56,10 @@ export interface ClusterFigure {
 }
 
 /** Starts a 2-node lockd cluster; resolves with [active, standby]. */
-export async function startCluster(bench: Bench): Promise<ServerProcess[]> {
+export async function startCluster(
+  bench: Bench,
+  replication: "async" | "sync" = "async",
+): Promise<ServerProcess[]> {
   const ports = freePorts(2);
   const peers = ports.map((p) => `127.0.0.1:${p}`);
   const nodes = await Promise.all(
@@ -34,6 +69,7 @@ export async function startCluster(bench: Bench): Promise<ServerProcess[]> {
         port,
         peers,
         name: i === 0 ? "lockd node 1" : "lockd node 2",
+        args: ["--replication", replication],
       })
     ),
   );
@@ -125,6 +161,10 @@ export async function scenarioCluster(bench: Bench): Promise<ClusterFigure> {
     runs,
     median: { lockd: pairsMedian(runs.lockd), redis: pairsMedian(runs.redis) },
   };
+  const replication: ReplicationFigure = {
+    pipelined: await asyncVsSync(bench, 64, 32),
+    single: await asyncVsSync(bench, 1, 1),
+  };
   const ok = (rs: Json[], field: string) =>
     rs.map((r) => Number(r[field])).filter((v) => Number.isFinite(v) && v >= 0);
   const killed = await probeRuns(bench, "SIGKILL");
@@ -133,6 +173,7 @@ export async function scenarioCluster(bench: Bench): Promise<ClusterFigure> {
   const gaps = ok(stopped, "gap_ms");
   return {
     pairs,
+    replication,
     failover: {
       runs: killed,
       p50: quantile(failoverTimes, 0.5),

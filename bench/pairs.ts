@@ -79,6 +79,8 @@ export function pairsRuns(
   depth: number,
   kinds: Server[],
   start: (kind: Server) => Promise<ServerProcess[]>,
+  // The floor answers lockd's protocol.
+  protoOf: (kind: Server) => "lockd" | "redis" = (kind) => kind === "redis" ? "redis" : "lockd",
 ): Promise<Record<Kind, Json[]> & { floor?: Json[] }> {
   return alternate(
     bench,
@@ -89,7 +91,7 @@ export function pairsRuns(
       const result = await bench.run(what, [
         "pairs",
         "--proto",
-        kind === "redis" ? "redis" : "lockd", // the floor answers lockd's protocol
+        protoOf(kind),
         "--port",
         server.port,
         "--conns",

@@ -67,7 +67,7 @@ export async function acquire<L>(
   // node, every node down) it ends by the same time as a wait that ran out in a queue.
   const attempt: Attempt = {
     abandoned: false,
-    until: waitMs === 0 ? undefined : started + waitMs + REPLY_MARGIN_MS + 2 * router.latency,
+    until: waitMs === 0 ? undefined : started + waitMs + REPLY_MARGIN_MS + 2 * router.replyLatency,
   };
   let sentAt = started;
   const { promise, resolve, reject } = Promise.withResolvers<L>();
@@ -93,7 +93,10 @@ export async function acquire<L>(
   // connection.
   const deadline = async (connection: ManagedConnection, received: number, send: number) => {
     if (connection.up && connection.received === received) {
-      const graceMs = Math.min(ctx.options.staleConnectionMs, PROBE_GRACE_MS + 4 * router.latency);
+      const graceMs = Math.min(
+        ctx.options.staleConnectionMs,
+        PROBE_GRACE_MS + 4 * router.replyLatency,
+      );
       // Moved on: the next send has its own deadline.
       if (!(await connection.probe(graceMs))) return;
       if (attempt.abandoned || send !== sends) return;
@@ -109,7 +112,7 @@ export async function acquire<L>(
       const send = ++sends;
       const received = connection.received;
       cancelDeadline = after(
-        left + REPLY_MARGIN_MS + 2 * router.latency,
+        left + REPLY_MARGIN_MS + 2 * router.replyLatency,
         () => ctx.track(deadline(connection, received, send)),
       );
     }

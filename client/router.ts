@@ -41,6 +41,9 @@ function by<T>(promise: Promise<T>, until: number | undefined, fallback: T): Pro
   });
 }
 
+/** The most latency a wait's margin allows for (see {@linkcode Router.replyLatency}), ms. */
+export const MAX_REPLY_LATENCY_MS = 250;
+
 /** Resolves after `ms`, or at once when `signal` aborts. */
 export function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
@@ -95,6 +98,16 @@ export class Router {
   /** An upper bound of the one-way latency seen lately, in ms (0 before any measurement). */
   get latency(): number {
     return this.#latency;
+  }
+
+  /**
+   * The latency to allow a reply's trip when timing a wait, in ms: {@linkcode latency}, but
+   * at most {@linkcode MAX_REPLY_LATENCY_MS}. A round trip longer than that was a node that
+   * froze (its replies arrive in a burst when it resumes), not the network: it must not
+   * stretch every later wait by seconds.
+   */
+  get replyLatency(): number {
+    return Math.min(this.#latency, MAX_REPLY_LATENCY_MS);
   }
 
   /** Starts connecting every connection in the background. */

@@ -84,3 +84,13 @@ Deno.test("no source file of the server, client or benchmark is over 500 lines",
     assert.ok(lines <= 500, `${path} has ${lines} lines`);
   }
 });
+
+Deno.test("the chaos harness treats the server as a black box and keeps its files short", () => {
+  for (const path of sources("chaos")) {
+    for (const target of imports(path)) {
+      assert.doesNotMatch(target, /server\//, `${path} imports ${target}`);
+    }
+    const lines = read(path).split("\n").length;
+    assert.ok(lines <= 500, `${path} has ${lines} lines`);
+  }
+});

@@ -775,6 +775,7 @@ function by(promise, until, fallback) {
     });
   });
 }
+var MAX_REPLY_LATENCY_MS = 250;
 function sleep(ms, signal) {
   return new Promise((resolve) => {
     if (signal.aborted) return resolve();
@@ -820,6 +821,15 @@ var Router = class {
   /** An upper bound of the one-way latency seen lately, in ms (0 before any measurement). */
   get latency() {
     return this.#latency;
+  }
+  /**
+   * The latency to allow a reply's trip when timing a wait, in ms: {@linkcode latency}, but
+   * at most {@linkcode MAX_REPLY_LATENCY_MS}. A round trip longer than that was a node that
+   * froze (its replies arrive in a burst when it resumes), not the network: it must not
+   * stretch every later wait by seconds.
+   */
+  get replyLatency() {
+    return Math.min(this.#latency, MAX_REPLY_LATENCY_MS);
   }
   /** Starts connecting every connection in the background. */
   start() {
@@ -971,7 +981,7 @@ async function acquire(ctx, key, { leaseMs, waitMs, signal }, granted) {
   const started = performance.now();
   const attempt = {
     abandoned: false,
-    until: waitMs === 0 ? void 0 : started + waitMs + REPLY_MARGIN_MS + 2 * router.latency
+    until: waitMs === 0 ? void 0 : started + waitMs + REPLY_MARGIN_MS + 2 * router.replyLatency
   };
   let sentAt = started;
   const { promise, resolve, reject } = Promise.withResolvers();
@@ -990,7 +1000,7 @@ async function acquire(ctx, key, { leaseMs, waitMs, signal }, granted) {
   const onAbort = () => giveUp(new LockAbortedError(key, signal.reason));
   const deadline = async (connection, received, send) => {
     if (connection.up && connection.received === received) {
-      const graceMs = Math.min(ctx.options.staleConnectionMs, PROBE_GRACE_MS + 4 * router.latency);
+      const graceMs = Math.min(ctx.options.staleConnectionMs, PROBE_GRACE_MS + 4 * router.replyLatency);
       if (!await connection.probe(graceMs)) return;
       if (attempt.abandoned || send !== sends) return;
     }
@@ -1003,7 +1013,7 @@ async function acquire(ctx, key, { leaseMs, waitMs, signal }, granted) {
       cancelDeadline?.();
       const send = ++sends;
       const received = connection.received;
-      cancelDeadline = after(left + REPLY_MARGIN_MS + 2 * router.latency, () => ctx.track(deadline(connection, received, send)));
+      cancelDeadline = after(left + REPLY_MARGIN_MS + 2 * router.replyLatency, () => ctx.track(deadline(connection, received, send)));
     }
     return acquireLine(key, leaseMs, left);
   };
