@@ -30,6 +30,7 @@
 
 export { type AcquireOptions, LockClient, type TryAcquireOptions } from "./client/client.ts";
 export type { LockClientOptions } from "./client/options.ts";
+export type { Credential } from "./client/codec.ts";
 export type { Lock } from "./client/lock.ts";
 export {
   LockAbortedError,

@@ -1,6 +1,7 @@
 /**
  * lockd addresses as users write them: `host:port` (TCP, port 7321 when left out),
- * `tcp://host:port`, and `ws://` or `wss://` URLs of a WebSocket bridge.
+ * `tcp://host:port`, `tls://host:port` (TCP with TLS), and `ws://` or `wss://` URLs of a
+ * WebSocket bridge.
  *
  * @module
  */
@@ -20,21 +21,25 @@ export const DEFAULT_PORT = 7321;
  * ```
  */
 export interface Address {
-  /** `tcp`, `ws` or `wss`. */
-  scheme: "tcp" | "ws" | "wss";
+  /** `tcp`, `tls`, `ws` or `wss`. */
+  scheme: "tcp" | "tls" | "ws" | "wss";
   /** Host name or IP address (IPv6 without brackets). */
   hostname: string;
   /** Port. */
   port: number;
   /** The WebSocket URL (ws/wss only). */
   url?: string;
-  /** The canonical form: `host:port` for TCP (as in `M` replies), the URL for WebSocket. */
+  /** The canonical form: `host:port` for TCP and TLS (as in `M` replies), the URL for WebSocket. */
   key: string;
+  /** CA certificates (PEM) a `tls` address is verified with (default: the system's roots). */
+  caCerts?: string[];
+  /** A bearer token a bridge (`ws`, `wss`) requires. */
+  bearer?: string;
 }
 
 /**
- * Parses `host:port`, `tcp://host:port`, `ws://host:port/path` or `wss://...`. A TCP
- * address without a port uses 7321.
+ * Parses `host:port`, `tcp://host:port`, `tls://host:port`, `ws://host:port/path` or
+ * `wss://...`. A TCP or TLS address without a port uses 7321.
  *
  * @throws {TypeError} If the address cannot be understood.
  * @example Parsing addresses
@@ -58,15 +63,16 @@ export function parseAddress(text: string): Address {
     const port = url.port ? Number(url.port) : scheme === "wss" ? 443 : 80;
     return { scheme, hostname: url.hostname, port, url: url.href, key: url.href };
   }
-  const rest = trimmed.replace(/^tcp:\/\//i, "");
+  const tls = /^tls:\/\//i.test(trimmed);
+  const rest = trimmed.replace(/^(?:tcp|tls):\/\//i, "");
   const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:/\[\]]+))(?::([0-9]{1,5}))?$/.exec(rest);
   const port = match?.[3] === undefined ? DEFAULT_PORT : Number(match[3]);
   if (!match || port < 1 || port > 65535) {
     throw new TypeError(
-      `Invalid lockd address "${text}": expected host:port, tcp://host:port, ws:// or wss:// URL`,
+      `Invalid lockd address "${text}": expected host:port, tcp://host:port, tls://host:port, ws:// or wss:// URL`,
     );
   }
   const hostname = match[1] ?? match[2];
   const key = hostname.includes(":") ? `[${hostname}]:${port}` : `${hostname}:${port}`;
-  return { scheme: "tcp", hostname, port, key };
+  return { scheme: tls ? "tls" : "tcp", hostname, port, key };
 }

@@ -7,7 +7,7 @@
  */
 
 import { type Address, parseAddress } from "./address.ts";
-import type { Reply } from "./codec.ts";
+import { helloLine, type Reply } from "./codec.ts";
 import { LockError, LockTimeoutError, LockUnavailableError } from "./errors.ts";
 import { type Lock, LockHandle, type LockOwner } from "./lock.ts";
 import {
@@ -55,6 +55,12 @@ export interface AcquireOptions {
   signal?: AbortSignal;
   /** Renew the lease at a third of its length while held. Default: the client's setting. */
   autoExtend?: boolean;
+  /**
+   * Bind the lock to this client's session: the server releases it once every connection
+   * of the client has been gone for its grace period (a crashed process frees it in
+   * seconds, not at the end of the lease). Default: the client's `sessionLocks`.
+   */
+  session?: boolean;
 }
 
 /**
@@ -98,6 +104,7 @@ export class LockClient implements AsyncDisposable {
   #options: ResolvedOptions;
   #owner: LockOwner;
   #requests: RequestContext;
+  #session: string;
 
   /**
    * Creates a client and starts connecting in the background.
@@ -112,8 +119,10 @@ export class LockClient implements AsyncDisposable {
     if (list.length === 0) throw new TypeError("LockClient needs at least one server address");
     const addresses = new Map<string, Address>();
     // WebSocket connections carry this client's id, so a bridge treats them as one client:
-    // a grant taken on one can be released on the other.
+    // a grant taken on one can be released on the other. TCP connections carry it as the
+    // session of their hello.
     const id = crypto.randomUUID();
+    const session = id.replaceAll("-", "");
     for (const text of list) {
       const address = parseAddress(text);
       if (address.url !== undefined) {
@@ -124,11 +133,25 @@ export class LockClient implements AsyncDisposable {
       addresses.set(address.key, address);
     }
     this.#options = resolveOptions(options, addresses.size);
+    const resolved = this.#options;
+    for (const address of addresses.values()) {
+      if (address.scheme === "tls") address.caCerts = resolved.caCerts;
+      if (address.url !== undefined) address.bearer = resolved.bearer;
+    }
+    this.#session = session;
     this.#router = new Router(
       [...addresses.values()],
       this.#options,
       this.#closing.signal,
       () => this.#connectionLost(),
+      {
+        session,
+        line: helloLine({
+          session,
+          name: resolved.name ?? `client-${session.slice(0, 8)}`,
+          credential: resolved.auth,
+        }),
+      },
     );
     this.#requests = {
       router: this.#router,
@@ -193,7 +216,8 @@ export class LockClient implements AsyncDisposable {
       const leaseMs = toMs(options.lease ?? 30, "lease");
       const waitMs = toMs(options.wait ?? 0, "wait");
       const autoExtend = options.autoExtend ?? this.#options.autoExtend;
-      return acquire(this.#requests, key, { leaseMs, waitMs, signal: options.signal }, (
+      const session = options.session ?? this.#options.sessionLocks;
+      return acquire(this.#requests, key, { leaseMs, waitMs, session, signal: options.signal }, (
         token,
         grantedAt,
       ) => {

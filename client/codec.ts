@@ -45,6 +45,8 @@ export {
   type RequestError,
 } from "./codec/request.ts";
 export {
+  AUTH_FAILED,
+  AUTH_REQUIRED,
   echoId,
   errorReply,
   extendReply,
@@ -53,6 +55,7 @@ export {
   LINE_TOO_LONG,
   NO_ACTIVE_NODE,
   NOT_UTF8,
+  OUTSIDE_PREFIX,
   parseReply,
   PROBE,
   type Refusal,
@@ -66,3 +69,13 @@ export {
   timeoutReply,
   TOO_MANY_CONNECTIONS,
 } from "./codec/reply.ts";
+export {
+  clientNameError,
+  type Credential,
+  type Hello,
+  HELLO_VERSION,
+  helloLine,
+  helloOkReply,
+  MAX_CLIENT_NAME_BYTES,
+  parseHello,
+} from "./codec/hello.ts";

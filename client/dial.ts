@@ -11,7 +11,7 @@ import type { Transport, TransportHandlers } from "./transport.ts";
 
 /**
  * Opens a transport for `address`: TCP through Deno's sockets for `host:port` and
- * `tcp://`, a WebSocket for `ws://` and `wss://`. This is the default `connect` of
+ * `tcp://` (`tls://` with TLS), a WebSocket for `ws://` and `wss://`. This is the default `connect` of
  * `LockClient`; wrap it to observe or change how connections are made.
  *
  * @throws {Error} For a TCP address in a runtime without TCP sockets (a browser, an edge
@@ -33,7 +33,7 @@ export async function connectTransport(
   handlers: TransportHandlers,
   signal: AbortSignal,
 ): Promise<Transport> {
-  if (address.scheme === "tcp") {
+  if (address.scheme === "tcp" || address.scheme === "tls") {
     if (!("Deno" in globalThis)) {
       throw new Error(
         `TCP address ${address.key} needs Deno; in a browser or other runtime use the WebSocket bridge (ws:// or wss://)`,

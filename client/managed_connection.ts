@@ -13,6 +13,9 @@ import { echoId, parseReply, PROBE, type Reply } from "./codec.ts";
 import { after, type CancelTimer } from "./timer.ts";
 import type { Connect, Transport } from "./transport.ts";
 
+/** Where the pending hello waits: its answer is matched by op alone. */
+const HELLO_ID = echoId("HELLO", "");
+
 /** The connection dropped (or could not be used) while a request was outstanding. */
 export class ConnectionLost extends Error {
   /** @param address Where it was connected. @param detail Last error line from the server. */
@@ -47,6 +50,8 @@ export interface ManagedConnectionOptions {
   staleAfterMs: number;
   /** The connection dropped (after its requests were failed). */
   lost(): void;
+  /** The hello line sent first on every connection (docs/protocol.md, "Sessions"). */
+  hello?: { line: string; session: string | undefined };
 }
 
 /** A connection to one address that comes back by itself. */
@@ -55,6 +60,9 @@ export class ManagedConnection {
   readonly address: Address;
   #options: ManagedConnectionOptions;
   #transport: Transport | undefined;
+  /** Whether the transport said hello and may carry requests. */
+  #ready = false;
+  #refusal: string | undefined;
   #connecting: Promise<boolean> | undefined;
   #pending = new Map<string, Pending[]>();
   #reconnectTimer: CancelTimer | undefined;
@@ -75,7 +83,15 @@ export class ManagedConnection {
 
   /** Whether requests can be sent now. */
   get up(): boolean {
-    return this.#transport !== undefined;
+    return this.#transport !== undefined && this.#ready;
+  }
+
+  /**
+   * Why the server refused this client's hello the last time it answered one (`E
+   * authentication failed`, ...), or `undefined` once a hello was accepted.
+   */
+  get refusal(): string | undefined {
+    return this.#refusal;
   }
 
   /** Why the last attempt failed or the connection was lost, if it did. */
@@ -96,7 +112,7 @@ export class ManagedConnection {
    */
   probe(graceMs: number): Promise<boolean> {
     const transport = this.#transport;
-    if (transport === undefined) return Promise.resolve(false);
+    if (transport === undefined || !this.#ready) return Promise.resolve(false);
     const before = this.#received;
     return new Promise<boolean>((resolve) => {
       const cancel = after(graceMs, () => {
@@ -121,7 +137,7 @@ export class ManagedConnection {
    * the attempt failed (a background retry is then scheduled).
    */
   connect(): Promise<boolean> {
-    if (this.#transport !== undefined) return Promise.resolve(true);
+    if (this.up) return Promise.resolve(true);
     if (this.#options.closed.aborted) return Promise.resolve(false);
     this.#connecting ??= this.#open().finally(() => this.#connecting = undefined);
     return this.#connecting;
@@ -133,6 +149,11 @@ export class ManagedConnection {
    * @throws {ConnectionLost} If not connected, or if the connection drops before the reply.
    */
   request(op: string, key: string, line: string): Promise<Reply> {
+    if (!this.#ready) return Promise.reject(new ConnectionLost(this.address.key));
+    return this.#request(op, key, line);
+  }
+
+  #request(op: string, key: string, line: string): Promise<Reply> {
     const transport = this.#transport;
     if (transport === undefined) return Promise.reject(new ConnectionLost(this.address.key));
     return new Promise<Reply>((settled, reject) => {
@@ -187,8 +208,10 @@ export class ManagedConnection {
         return false;
       }
       this.#transport = transport;
-      this.#lastError = undefined;
       this.#lastReceived = performance.now();
+      this.#sayHello(transport);
+      this.#ready = true;
+      this.#lastError = undefined;
       this.#ping();
       return true;
     } catch (error) {
@@ -199,6 +222,27 @@ export class ManagedConnection {
       cancelTimeout();
       this.#options.closed.removeEventListener("abort", onClose);
     }
+  }
+
+  /**
+   * Sends the hello (when the client has one) first on a fresh connection. Its answer is not
+   * waited for: the server handles lines in order, so requests may follow at once (no round
+   * trip is added to a connect, and a node that froze is noticed by the requests' probes as
+   * without a hello). A refusal (a wrong credential) is kept in {@linkcode refusal} before
+   * the server closes the connection, so the requests it fails can say why.
+   */
+  #sayHello(transport: Transport): void {
+    const hello = this.#options.hello;
+    if (hello === undefined) return;
+    this.#request("HELLO", "", hello.line).then((reply) => {
+      // Accepted, or answered `E unknown op` by a server that has no hellos.
+      if (reply.status === "OK" || (reply.status === "E" && reply.text === "unknown op")) {
+        this.#refusal = undefined;
+        return;
+      }
+      this.#refusal = reply.status === "E" ? reply.text ?? "hello refused" : "hello refused";
+      this.#dropFrozen(transport, this.#refusal);
+    }, () => {});
   }
 
   /**
@@ -245,20 +289,23 @@ export class ManagedConnection {
       this.#transport?.close();
       return;
     }
-    const queue = this.#pending.get(echoId(reply.op, reply.key));
+    // The hello's answer echoes its session, but a server without hellos echoes `1`.
+    const id = reply.op === "HELLO" ? HELLO_ID : echoId(reply.op, reply.key);
+    const queue = this.#pending.get(id);
     const pending = queue?.shift();
     if (pending === undefined) {
       // `- - E ...` (too many connections, line too long) precedes a close: keep the reason.
       if (reply.status === "E") this.#lastError = reply.text;
       return;
     }
-    if (queue!.length === 0) this.#pending.delete(echoId(reply.op, reply.key));
+    if (queue!.length === 0) this.#pending.delete(id);
     pending.resolve(reply);
   }
 
   #lost(transport: Transport): void {
     if (this.#transport !== transport) return;
     this.#transport = undefined;
+    this.#ready = false;
     this.#failAll(this.#lastError);
     this.#scheduleReconnect();
     this.#options.lost();
@@ -277,6 +324,7 @@ export class ManagedConnection {
     this.#reconnectTimer = undefined;
     const transport = this.#transport;
     this.#transport = undefined;
+    this.#ready = false;
     transport?.close();
     this.#failAll("client closed");
   }

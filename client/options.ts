@@ -5,7 +5,7 @@
  * @module
  */
 
-import { keyError } from "./codec.ts";
+import { clientNameError, type Credential, keyError } from "./codec.ts";
 import type { Connect } from "./transport.ts";
 import { connectTransport } from "./dial.ts";
 
@@ -50,10 +50,46 @@ export interface LockClientOptions {
    * so one dropping does not interrupt service; one each when there are several.
    */
   connectionsPerAddress?: number;
+  /**
+   * This client's name, shown to whoever inspects a key it holds (1–128 bytes, no spaces),
+   * e.g. `billing-7@host:4242`. Default `client-` and the start of its session id.
+   */
+  name?: string;
+  /**
+   * The credential of a server that requires one (`--auth-file`): its name and secret,
+   * presented in the hello of every TCP connection (docs/protocol.md, "Sessions and
+   * authentication"). Use TLS (`tls://`) so the secret is not sent in the clear.
+   */
+  auth?: Credential;
+  /**
+   * Default of `AcquireOptions.session` for every acquire: locks bound to this client's
+   * session, released by the server once every connection of the client has been gone for
+   * its grace period (default 5 s), instead of when their lease runs out. Default `false`.
+   */
+  sessionLocks?: boolean;
+  /** CA certificates (PEM) that `tls://` addresses are verified with. Default: the system's. */
+  caCerts?: string[];
+  /**
+   * A bearer token for a bridge that requires one (`ws://`, `wss://`): sent as the
+   * WebSocket protocol `bearer.<token>` (letters, digits and `-._~` only).
+   */
+  bearer?: string;
 }
 
 /** Every option with its value or default. */
-export type ResolvedOptions = Required<LockClientOptions>;
+export interface ResolvedOptions extends
+  Required<
+    Omit<LockClientOptions, "name" | "auth" | "caCerts" | "bearer">
+  > {
+  /** The client's name, if given. */
+  name: string | undefined;
+  /** Its credential, if given. */
+  auth: Credential | undefined;
+  /** CA certificates for `tls://`, if given. */
+  caCerts: string[] | undefined;
+  /** A bridge's bearer token, if given. */
+  bearer: string | undefined;
+}
 
 /**
  * Checks `options` and fills in the defaults for a client of `addresses` addresses.
@@ -76,6 +112,13 @@ export function resolveOptions(options: LockClientOptions, addresses: number): R
   if (!Number.isInteger(perAddress) || perAddress < 1) {
     throw new TypeError(`connectionsPerAddress must be a whole number above 0, got ${perAddress}`);
   }
+  if (options.name !== undefined) {
+    const problem = clientNameError(options.name);
+    if (problem !== undefined) throw new TypeError(`Invalid name: ${problem}`);
+  }
+  if (options.bearer !== undefined && !/^[A-Za-z0-9._~-]+$/.test(options.bearer)) {
+    throw new TypeError("bearer must be letters, digits and '-._~' only");
+  }
   return {
     reconnectIntervalMs: options.reconnectIntervalMs ?? 3000,
     connectTimeoutMs: options.connectTimeoutMs ?? 3000,
@@ -86,6 +129,11 @@ export function resolveOptions(options: LockClientOptions, addresses: number): R
     autoExtend: options.autoExtend ?? false,
     connect: options.connect ?? connectTransport,
     connectionsPerAddress: perAddress,
+    name: options.name,
+    auth: options.auth,
+    sessionLocks: options.sessionLocks ?? false,
+    caCerts: options.caCerts,
+    bearer: options.bearer,
   };
 }
 

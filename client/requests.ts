@@ -57,7 +57,12 @@ export function unexpected(reply: Reply): LockError {
 export async function acquire<L>(
   ctx: RequestContext,
   key: string,
-  { leaseMs, waitMs, signal }: { leaseMs: number; waitMs: number; signal?: AbortSignal },
+  { leaseMs, waitMs, session, signal }: {
+    leaseMs: number;
+    waitMs: number;
+    session?: boolean;
+    signal?: AbortSignal;
+  },
   granted: Granted<L>,
 ): Promise<L> {
   if (signal?.aborted) throw new LockAbortedError(key, signal.reason);
@@ -116,7 +121,7 @@ export async function acquire<L>(
         () => ctx.track(deadline(connection, received, send)),
       );
     }
-    return acquireLine(key, leaseMs, left);
+    return acquireLine(key, leaseMs, left, session);
   };
   signal?.addEventListener("abort", onAbort, { once: true });
   const exchange = router.exchange("A", key, line, attempt);

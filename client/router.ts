@@ -10,7 +10,7 @@
 
 import { type Address, parseAddress } from "./address.ts";
 import { type Reply, replyAction } from "./codec.ts";
-import { LockError, LockUnavailableError } from "./errors.ts";
+import { LockError, LockRejectedError, LockUnavailableError } from "./errors.ts";
 import { ConnectionLost, ManagedConnection } from "./managed_connection.ts";
 import type { ResolvedOptions } from "./options.ts";
 import { after } from "./timer.ts";
@@ -42,7 +42,7 @@ function by<T>(promise: Promise<T>, until: number | undefined, fallback: T): Pro
 }
 
 /** The most latency a wait's margin allows for (see {@linkcode Router.replyLatency}), ms. */
-export const MAX_REPLY_LATENCY_MS = 250;
+export const MAX_REPLY_LATENCY_MS = 100;
 
 /** Resolves after `ms`, or at once when `signal` aborts. */
 export function sleep(ms: number, signal: AbortSignal): Promise<void> {
@@ -67,6 +67,9 @@ export class Router {
   #options: ResolvedOptions;
   #closed: AbortSignal;
   #lost: () => void;
+  #hello: { line: string; session: string | undefined } | undefined;
+  /** Whether this client speaks TLS: the nodes an `M` names are then reached with TLS. */
+  #tls: boolean;
   /** Decaying maximum of measured round trips (ms): an upper bound of one-way latency. */
   #latency = 0;
 
@@ -81,10 +84,13 @@ export class Router {
     options: ResolvedOptions,
     closed: AbortSignal,
     lost: () => void,
+    hello?: { line: string; session: string | undefined },
   ) {
     this.#options = options;
     this.#closed = closed;
     this.#lost = lost;
+    this.#hello = hello;
+    this.#tls = addresses.some((a) => a.scheme === "tls");
     for (let i = 0; i < options.connectionsPerAddress; i++) {
       for (const address of addresses) this.#add(address);
     }
@@ -166,6 +172,9 @@ export class Router {
         connection !== undefined && !connection.up &&
         !(await by(connection.connect(), connectBy(), false))
       ) {
+        if (connection.refusal !== undefined) {
+          throw new LockRejectedError(op, key, connection.refusal);
+        }
         // A redirect to a node that is down: the cluster is failing over. Ask again soon.
         lastProblem = `${connection.address.key} is unreachable`;
         if (this.#active === connection.address.key) this.#active = undefined;
@@ -174,6 +183,9 @@ export class Router {
       }
       connection ??= await by(this.#anyUp(), connectBy(), undefined);
       if (connection === undefined) {
+        // A server that refused this client's hello (a wrong credential) will go on doing so.
+        const refusal = this.#connections.find((c) => c.refusal !== undefined)?.refusal;
+        if (refusal !== undefined) throw new LockRejectedError(op, key, refusal);
         const reasons = [...new Set(this.#connections.map((c) => c.lastError).filter((e) => e))];
         lastProblem = reasons.length > 0 ? reasons.join("; ") : "no node could be reached";
         if (++failures >= this.#connections.length || performance.now() >= (until ?? Infinity)) {
@@ -187,6 +199,10 @@ export class Router {
         reply = await connection.request(op, key, line(connection));
       } catch (error) {
         if (!(error instanceof ConnectionLost)) throw error;
+        // The server refused this client's hello (a wrong credential) and closed.
+        if (connection.refusal !== undefined) {
+          throw new LockRejectedError(op, key, connection.refusal);
+        }
         lastProblem = error.message;
         if (this.#active === connection.address.key) this.#active = undefined;
         // Give up only once as many attempts as connections failed and none is usable.
@@ -224,6 +240,8 @@ export class Router {
       roundTrip: (ms) => this.#latency = Math.max(ms, this.#latency * 0.9),
       staleAfterMs: this.#options.staleConnectionMs,
       lost: () => this.#lost(),
+      // A bridge speaks for its pages: they do not say hello to it.
+      hello: address.url === undefined ? this.#hello : undefined,
     });
     this.#connections.push(connection);
     return connection;
@@ -261,6 +279,9 @@ export class Router {
       address = parseAddress(addressText);
     } catch {
       return undefined;
+    }
+    if (address.scheme === "tcp" && this.#tls) {
+      address = { ...address, scheme: "tls", caCerts: this.#options.caCerts };
     }
     const known = this.#connections.find((c) => c.address.key === address.key);
     if (known !== undefined) return known;

@@ -1,5 +1,6 @@
 /**
- * The TCP transport (`host:port`, `tcp://host:port`) on `Deno.connect`. The only client
+ * The TCP transport (`host:port`, `tcp://host:port`, and `tls://host:port` with TLS) on
+ * `Deno.connect` and `Deno.connectTls`. The only client
  * file that uses `Deno.*`; it is loaded on first use of a TCP address, so browsers never
  * evaluate it. Lines sent in one turn of the event loop go out in one write
  * ({@linkcode LineWriter}); received bytes are split into lines ({@linkcode LineReader}).
@@ -19,11 +20,12 @@ interface TcpConn {
   read(buffer: Uint8Array): Promise<number | null>;
   write(data: Uint8Array): Promise<number>;
   close(): void;
-  setNoDelay(noDelay?: boolean): void;
+  setNoDelay?(noDelay?: boolean): void;
 }
 
 interface DenoNet {
   connect(options: { hostname: string; port: number; signal?: AbortSignal }): Promise<TcpConn>;
+  connectTls(options: { hostname: string; port: number; caCerts?: string[] }): Promise<TcpConn>;
 }
 
 /**
@@ -43,15 +45,28 @@ export async function connectTcp(
   signal: AbortSignal,
 ): Promise<Transport> {
   const deno = (globalThis as unknown as { Deno: DenoNet }).Deno;
-  const conn = await deno.connect({ hostname: address.hostname, port: address.port, signal });
+  const { hostname, port } = address;
+  let conn: TcpConn;
+  if (address.scheme === "tls") {
+    // connectTls takes no signal: one that connects after the abort is closed at once.
+    const connecting = deno.connectTls({ hostname, port, caCerts: address.caCerts });
+    connecting.then((late) => signal.aborted && late.close(), () => {});
+    conn = await Promise.race([
+      connecting,
+      new Promise<never>((_, reject) => {
+        if (signal.aborted) reject(signal.reason);
+        signal.addEventListener("abort", () => reject(signal.reason), { once: true });
+      }),
+    ]);
+  } else conn = await deno.connect({ hostname, port, signal });
   if (signal.aborted) {
     conn.close();
     throw signal.reason;
   }
   try {
-    conn.setNoDelay(true);
+    conn.setNoDelay?.(true);
   } catch {
-    // Not fatal: only latency.
+    // Not fatal: only latency (a TLS connection may not have it).
   }
   return new TcpTransport(conn, handlers);
 }

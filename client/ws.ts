@@ -19,7 +19,10 @@ export function connectWebSocket(
   signal: AbortSignal,
 ): Promise<Transport> {
   return new Promise((resolve, reject) => {
-    const socket = new WebSocket(address.url!);
+    // A bridge that requires a bearer token reads it from the offered protocols.
+    const socket = address.bearer === undefined
+      ? new WebSocket(address.url!)
+      : new WebSocket(address.url!, ["lockd", `bearer.${address.bearer}`]);
     let open = false;
     let closed = false;
     const transport: Transport = {

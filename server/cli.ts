@@ -56,6 +56,18 @@ export interface Config {
   failoverTimeoutMs: number;
   /** Replication mode of a cluster: `async`, or `sync` (answer once a standby has it). */
   replication: "async" | "sync";
+  /** The credentials file; `undefined`: no authentication. */
+  authFile: string | undefined;
+  /** How long a session may have no connection before its bound locks go, in ms. */
+  sessionGraceMs: number;
+  /** The file holding the cluster's peer secret; `undefined`: peers are not authenticated. */
+  peerSecretFile: string | undefined;
+  /** TLS certificate and key files (PEM); `undefined`: plain TCP. */
+  tls: { certFile: string; keyFile: string } | undefined;
+  /** CA certificate file (PEM) to verify peers' certificates with. */
+  tlsCaFile: string | undefined;
+  /** A file of bearer tokens the bridge requires (one per line); `undefined`: none. */
+  bridgeTokenFile: string | undefined;
 }
 
 interface Flag {
@@ -130,6 +142,59 @@ const FLAGS: Flag[] = [
       "Default: only pages served from the bridge's own host.",
   },
   {
+    name: "auth-file",
+    env: "LOCKD_AUTH_FILE",
+    value: "FILE",
+    help: "Require a credential on every client connection: one per line,\n" +
+      "'<name> <secret or sha256:hex> <key prefix or *>'. Re-read when it\n" +
+      "changes. Secrets are never taken from the command line.\n" +
+      "Default: no authentication.",
+  },
+  {
+    name: "session-grace",
+    env: "LOCKD_SESSION_GRACE",
+    value: "SECONDS",
+    fallback: "5",
+    help: "How long every connection of a session may be gone before its\n" +
+      "session-bound locks are released.",
+  },
+  {
+    name: "peer-secret-file",
+    env: "LOCKD_PEER_SECRET_FILE",
+    value: "FILE",
+    help: "The cluster's shared secret (the file's first line): peers prove\n" +
+      "they know it (HMAC over a nonce; it never crosses the wire), and\n" +
+      "a peer that does not is refused. Default: peers not authenticated.",
+  },
+  {
+    name: "tls-cert",
+    env: "LOCKD_TLS_CERT",
+    value: "FILE",
+    help: "Serve TLS on the client and peer port (and wss:// on the bridge)\n" +
+      "with this PEM certificate chain; needs --tls-key.",
+  },
+  {
+    name: "tls-key",
+    env: "LOCKD_TLS_KEY",
+    value: "FILE",
+    help: "The PEM private key of --tls-cert.",
+  },
+  {
+    name: "tls-ca",
+    env: "LOCKD_TLS_CA",
+    value: "FILE",
+    help: "PEM CA certificate(s) peers' certificates are verified with.\n" +
+      "Default: the system's roots.",
+  },
+  {
+    name: "bridge-token-file",
+    env: "LOCKD_BRIDGE_TOKEN_FILE",
+    value: "FILE",
+    help: "Bearer tokens the bridge requires, one per line (sent as\n" +
+      "'Authorization: Bearer <token>' or the WebSocket protocol\n" +
+      "'bearer.<token>'). Default: none required.",
+  },
+  {
     name: "heartbeat",
     env: "LOCKD_HEARTBEAT",
     value: "SECONDS",
@@ -186,6 +251,10 @@ DESCRIPTION
         X <key> <token> <lease>     extend   ->  X <key> X | X <key> N
     lease and wait are decimal seconds (wait 0 = no limit). Any request may be
     answered 'M <host:port>' (ask the active node there) or 'E <message>'.
+    A connection may open with a hello naming its client and session (and,
+    with --auth-file, a credential):
+        HELLO 1 <session> <name> [<credential> <secret>]  ->  HELLO <session> OK
+    and then bind locks to its session: 'A <key> <lease> <wait> s'.
 
     When ready, lockd prints one line on standard output:
         listening on HOST:PORT as ROLE
@@ -221,6 +290,10 @@ EXIT STATUS
 FILES
     DIR/tokens    the fencing-token high-water mark (one decimal number)
     DIR/lock      held while lockd runs, so two nodes never share DIR
+    --auth-file   credentials; re-read within a second of a change (a bad
+                  new file is logged and the old credentials stay)
+    --peer-secret-file, --tls-cert, --tls-key, --tls-ca, --bridge-token-file
+                  read once at start; keep them readable by lockd only
 
 EXAMPLES
     Start a node on the default port and take a lock with nc:
@@ -349,7 +422,19 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
     heartbeatMs: positiveSeconds(get("heartbeat")!, source.heartbeat),
     failoverTimeoutMs: positiveSeconds(get("failover-timeout")!, source["failover-timeout"]),
     replication: replicationMode(get("replication")!, source.replication),
+    authFile: get("auth-file"),
+    sessionGraceMs: positiveSeconds(get("session-grace")!, source["session-grace"]),
+    peerSecretFile: get("peer-secret-file"),
+    tls: undefined,
+    tlsCaFile: get("tls-ca"),
+    bridgeTokenFile: get("bridge-token-file"),
   };
+  const certFile = get("tls-cert");
+  const keyFile = get("tls-key");
+  if ((certFile === undefined) !== (keyFile === undefined)) {
+    throw new UsageError("--tls-cert and --tls-key go together");
+  }
+  if (certFile !== undefined && keyFile !== undefined) config.tls = { certFile, keyFile };
   if (config.heartbeatMs >= config.failoverTimeoutMs) {
     throw new UsageError("--heartbeat must be shorter than --failover-timeout");
   }

@@ -278,6 +278,9 @@ export class LineSocket implements UrgentOutput {
     if (reset) this.close();
     else this.closeAfterFlush();
     this.#handler.closed();
+    // The close may have started a session's grace: end a batch so its hooks re-arm the
+    // timers (nothing else may arrive to do it).
+    this.#options.batch.soon();
     await this.#whenClosed;
   }
 }

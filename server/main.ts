@@ -9,6 +9,7 @@
 import denoJson from "../deno.json" with { type: "json" };
 import { formatHostPort, HELP, parseConfig, UsageError } from "./cli.ts";
 import { stderrLogger } from "./log.ts";
+import { loadSecurity, type Security } from "./security.ts";
 import { LockServer } from "./server.ts";
 import { type BridgeServer, serveBridge } from "../client/bridge.ts";
 import clientScript from "./assets/lockd-client.js" with { type: "text" };
@@ -49,6 +50,14 @@ export async function main(args: string[]): Promise<number> {
   }
   // Debug tracing of the peer protocol, for tests and diagnosis.
   const trace = Deno.env.get("LOCKD_TRACE") === "1";
+  const log = stderrLogger({ debug: trace });
+  let security: Security;
+  try {
+    security = loadSecurity(config, log);
+  } catch (error) {
+    console.error(`lockd: ${error instanceof Error ? error.message : error}`);
+    return 1;
+  }
   let server: LockServer;
   try {
     server = await LockServer.start({
@@ -63,10 +72,14 @@ export async function main(args: string[]): Promise<number> {
         heartbeatMs: config.heartbeatMs,
         failoverTimeoutMs: config.failoverTimeoutMs,
         replication: config.replication,
+        peerSecret: security.peerSecret,
         trace,
         traceHeartbeats: trace && Deno.env.get("LOCKD_TRACE_HB") === "1",
       },
-      log: stderrLogger({ debug: trace }),
+      log,
+      credentials: security.credentials,
+      sessionGraceMs: config.sessionGraceMs,
+      tls: security.tls,
       onRole: (role, why) => console.error(`lockd: ${self} is ${role} (${why})`),
     });
   } catch (error) {
@@ -77,6 +90,7 @@ export async function main(args: string[]): Promise<number> {
     } else {
       console.error(`lockd: ${error instanceof Error ? error.message : error}`);
     }
+    security.close();
     return 1;
   }
   // Ctrl+C reaches every process of the group (npx, deno task, this one), and wrappers
@@ -106,11 +120,20 @@ export async function main(args: string[]): Promise<number> {
       port,
     });
     try {
+      const tcp = security.tls === undefined ? "" : "tls://";
       bridge = serveBridge({
-        servers: peers.length > 0 ? peers.map((p) => p.address) : [local],
+        servers: peers.length > 0 ? peers.map((p) => tcp + p.address) : [tcp + local],
         hostname: config.bridge.hostname,
         port: config.bridge.port,
         allowedOrigins: config.bridgeOrigins,
+        authorize: security.bridgeAuthorize,
+        clientOptions: {
+          auth: security.bridgeCredential,
+          caCerts: security.tls?.caCerts,
+        },
+        tls: security.tls === undefined
+          ? undefined
+          : { cert: security.tls.cert, key: security.tls.key },
         clientScript: config.bridgeDemo ? clientScript : undefined,
         page: config.bridgeDemo ? demoPage : undefined,
       });
@@ -123,11 +146,13 @@ export async function main(args: string[]): Promise<number> {
   }
   const role = await Promise.race([server.ready, server.finished.then(() => undefined)]);
   if (role !== undefined) {
-    const web = bridge === undefined ? "" : `, bridge on ws://${formatHostPort(bridge.addr)}/`;
+    const ws = security.tls === undefined ? "ws" : "wss";
+    const web = bridge === undefined ? "" : `, bridge on ${ws}://${formatHostPort(bridge.addr)}/`;
     console.log(`listening on ${formatHostPort({ hostname, port })} as ${role}${web}`);
   }
   const code = await server.finished;
   await bridge?.shutdown(); // After a fatal stop: the bridge has nothing left to relay to.
+  security.close();
   for (const name of names) Deno.removeSignalListener(name, onSignal);
   return code;
 }

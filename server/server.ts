@@ -15,6 +15,7 @@ import type { HostPort } from "./cli.ts";
 import type { Role } from "./cluster/election.ts";
 import { realScheduler, TcpPeerNetwork } from "./cluster/network.ts";
 import { ClusterNode } from "./cluster/node.ts";
+import { AcceptorHandshake } from "./cluster/peer_auth.ts";
 import { PeerInbound } from "./cluster/peer_inbound.ts";
 import type { ReplicationMode } from "./cluster/replication.ts";
 import { decodePeer } from "./cluster/peer_codec.ts";
@@ -28,7 +29,9 @@ import {
   ticketHooks,
 } from "./session.ts";
 import { Ticker, turnClock } from "./ticker.ts";
+import { Sessions } from "./sessions.ts";
 import { TokenStore } from "./tokens.ts";
+import type { Credentials } from "./auth.ts";
 
 /** Cluster settings of {@linkcode LockServerOptions} (docs/cluster.md). */
 export interface ServerClusterOptions {
@@ -42,6 +45,8 @@ export interface ServerClusterOptions {
   failoverTimeoutMs: number;
   /** `sync`: answer changes once an in-sync standby acknowledged them. Default `async`. */
   replication?: ReplicationMode;
+  /** The cluster secret: peers must prove they know it (docs/security.md, "Peers"). */
+  peerSecret?: string;
   /** Log every peer message but heartbeats (`LOCKD_TRACE=1`). */
   trace?: boolean;
   /** Log heartbeats too (`LOCKD_TRACE_HB=1`). */
@@ -68,6 +73,18 @@ export interface LockServerOptions {
   onRole?: (role: Role, description: string) => void;
   /** Where events are logged. Default: stderr. */
   log?: Logger;
+  /**
+   * The credentials in force, read at each hello (the auth file may change); `undefined`,
+   * or a function returning it, when the server requires none.
+   */
+  credentials?: () => Credentials | undefined;
+  /** How long a session may have no connection before its bound locks go, ms. Default 5000. */
+  sessionGraceMs?: number;
+  /**
+   * Serve TLS on the client and peer port with this certificate chain and key (PEM), and
+   * dial peers with TLS, verifying them with `caCerts` (default: the system's roots).
+   */
+  tls?: { cert: string; key: string; caCerts?: string[] };
 }
 
 const SHUTDOWN_GRACE_MS = 2000;
@@ -86,7 +103,7 @@ const SHUTTING: Gate = { kind: "refuse", refusal: STOPPING };
  * ```
  */
 export class LockServer {
-  #listener: Deno.TcpListener;
+  #listener: Deno.Listener;
   #tokens: TokenStore;
   #table: LockTable<Ticket>;
   #ticker: Ticker;
@@ -95,6 +112,8 @@ export class LockServer {
   #acceptor: Acceptor;
   #cluster: ClusterNode | undefined;
   #network: TcpPeerNetwork | undefined;
+  #sessions: Sessions;
+  #tls: LockServerOptions["tls"];
   #parked: { session: ClientSession; line: string }[] = [];
   #stopping = false;
   #exitCode = 0;
@@ -103,7 +122,7 @@ export class LockServer {
   #ready: Promise<Role>;
 
   private constructor(
-    listener: Deno.TcpListener,
+    listener: Deno.Listener,
     tokens: TokenStore,
     options: LockServerOptions,
     log: Logger,
@@ -111,6 +130,7 @@ export class LockServer {
     this.#listener = listener;
     this.#tokens = tokens;
     this.#log = log;
+    this.#tls = options.tls;
     const turn = options.clock === undefined ? turnClock() : undefined;
     const clock = options.clock ?? turn!.now;
     this.#table = new LockTable<Ticket>({
@@ -119,16 +139,36 @@ export class LockServer {
       // Only a cluster's active needs the change feed: a single node skips its cost.
       hooks: options.cluster === undefined ? ticketHooks : {
         ...ticketHooks,
-        held: (key, token, deadline) => this.#cluster?.stream.held(key, token, deadline),
+        held: (key, token, deadline, owner) =>
+          this.#cluster?.stream.held(key, token, deadline, owner),
         freed: (key, token) => this.#cluster?.stream.freed(key, token),
       },
     });
+    this.#sessions = new Sessions({
+      table: this.#table,
+      graceMs: options.sessionGraceMs ?? 5000,
+      clock,
+      credentials: options.credentials,
+      serving: () =>
+        !this.#stopping && (this.#cluster === undefined || this.#cluster.role === "active"),
+      replicate: options.cluster === undefined ? undefined : {
+        created: (owner) => this.#cluster?.stream.owner(owner),
+        gone: (id) => this.#cluster?.stream.ownerGone(id),
+      },
+      released: () => this.#batch.soon(),
+      log,
+    });
+    const sessions = this.#sessions;
     const ctx: SessionContext = {
       table: this.#table,
       maxLeaseMs: options.maxLeaseMs ?? DEFAULT_MAX_LEASE_MS,
       gate: () => this.#stopping ? SHUTTING : this.#cluster?.gate() ?? SERVE,
       park: (session, line) => this.#parked.push({ session, line }),
       fatal: (error) => this.#fatal(error),
+      hello: sessions.hello,
+      owners: sessions.owners,
+      grace: sessions.grace,
+      later: (ms, fn) => sessions.later(ms, fn),
     };
     this.#ticker = new Ticker(this.#table, {
       clock: options.clock ?? (() => performance.now()),
@@ -137,7 +177,10 @@ export class LockServer {
       onError: (error) => this.#fatal(error),
       canAdvance: () => this.#cluster?.canAdvance() ?? true,
     });
-    this.#batch.onEnd(() => this.#ticker.arm());
+    this.#batch.onEnd(() => {
+      this.#ticker.arm();
+      sessions.arm();
+    });
     this.#finished = new Promise((resolve) => this.#finish = resolve);
     const { promise: ready, resolve: settled } = Promise.withResolvers<Role>();
     this.#ready = ready;
@@ -145,6 +188,8 @@ export class LockServer {
     if (cluster !== undefined) {
       this.#startCluster(cluster, clock, (role, description) => {
         if (role === "active" || role === "standby") settled(role);
+        if (role === "active") sessions.promoted();
+        else sessions.demoted();
         options.onRole?.(role, description);
       });
     } else settled("active");
@@ -153,20 +198,45 @@ export class LockServer {
         new ClientSession(ctx, {
           send: (line) => socket.send(line),
           hold: (units) => socket.hold(units),
+          close: () => socket.closeAfterFlush(),
+          remote: socket.remote,
         }),
       peer: cluster === undefined ? undefined : (line, socket) => {
         const hello = decodePeer(line);
         const node = this.#cluster!;
-        if (hello.type !== "PEER" || !node.knows(hello.address)) {
-          log.warn(`refusing a peer handshake from ${socket.remote}: ${line.slice(0, 100)}`);
+        const refuse = (why: string) => {
+          log.warn(`refused a peer handshake from ${socket.remote}: ${why}`);
           return null;
+        };
+        if (hello.type !== "PEER") return refuse("malformed");
+        if (!node.knows(hello.address)) return refuse(`${hello.address} is not in --peers`);
+        const secret = cluster.peerSecret;
+        if (secret !== undefined && hello.nonce === undefined) {
+          return refuse(`${hello.address} offered no proof of the cluster secret`);
         }
-        return new PeerInbound(node, hello.address, {
-          openedAt: clock(),
+        if (secret === undefined && hello.nonce !== undefined) {
+          return refuse(
+            `${hello.address} authenticates peers, this node has no --peer-secret-file`,
+          );
+        }
+        const inbound = () =>
+          new PeerInbound(node, hello.address, {
+            openedAt: clock(),
+            close: () => socket.close(),
+            log,
+            trace: cluster.trace,
+            traceHeartbeats: cluster.traceHeartbeats,
+          });
+        if (secret === undefined) return inbound();
+        return new AcceptorHandshake({
+          secret,
+          dialer: hello.address,
+          dialerNonce: hello.nonce!,
+          remote: socket.remote,
+          send: (reply) => socket.send(reply),
           close: () => socket.close(),
           log,
-          trace: cluster.trace,
-          traceHeartbeats: cluster.traceHeartbeats,
+          accepted: inbound,
         });
       },
     }, {
@@ -193,12 +263,13 @@ export class LockServer {
       onReserve: (mark) => self.server?.cluster?.stream.reserved(mark),
       log: (message) => log.error(message),
     });
-    let listener: Deno.TcpListener;
+    let listener: Deno.Listener;
     try {
-      listener = Deno.listen({
-        hostname: options.hostname ?? "127.0.0.1",
-        port: options.port ?? 7321,
-      });
+      const where = { hostname: options.hostname ?? "127.0.0.1", port: options.port ?? 7321 };
+      const tls = options.tls;
+      listener = tls === undefined
+        ? Deno.listen(where)
+        : Deno.listenTls({ ...where, cert: tls.cert, key: tls.key });
     } catch (error) {
       return tokens.close().then(() => Promise.reject(error));
     }
@@ -213,7 +284,7 @@ export class LockServer {
 
   /** The address actually listened on (the real port when 0 was asked). */
   get addr(): Deno.NetAddr {
-    return this.#listener.addr;
+    return this.#listener.addr as Deno.NetAddr;
   }
 
   /** Resolves with the first settled role: at once for a single node. */
@@ -256,6 +327,7 @@ export class LockServer {
     await this.#network?.stop();
     await this.#acceptor.closePeers();
     this.#ticker.stop();
+    this.#sessions.stop();
     this.#batch.stop();
     try {
       await this.#tokens.close();
@@ -281,6 +353,8 @@ export class LockServer {
       connectTimeoutMs: options.failoverTimeoutMs,
       batch: this.#batch,
       log: this.#log,
+      secret: options.peerSecret,
+      tls: this.#tls === undefined ? undefined : { caCerts: this.#tls.caCerts },
     }, {
       up: (address) => this.#cluster?.linkUp(address),
       down: (address) => this.#cluster?.linkDown(address),
@@ -289,6 +363,7 @@ export class LockServer {
     this.#cluster = new ClusterNode({
       table: this.#table,
       tokens: this.#tokens,
+      owners: this.#sessions.owners,
       clock,
       answerQueued: (refusal) => this.#answerQueued(refusal),
       unpark: () => this.#unpark(),

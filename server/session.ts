@@ -7,10 +7,12 @@
  */
 
 import {
+  AUTH_REQUIRED,
   errorReply,
   extendReply,
   grantReply,
   invalidLineError,
+  OUTSIDE_PREFIX,
   parseRequest,
   type Refusal,
   refusalReply,
@@ -21,12 +23,18 @@ import {
 import { type OrderedReply, ReplyOrder } from "../client/reply_order.ts";
 import type { LockTable, LockTableHooks, Waiter } from "./engine/lock_table.ts";
 import type { LineHandler } from "./line_socket.ts";
+import { answerHello, type HelloContext, type Identity, isHello } from "./hello.ts";
+import type { Owners, SessionGrace } from "./owners.ts";
 import { TokensExhaustedError } from "./tokens.ts";
 
 /** Where a session's replies go: a connection, or a test double. */
 export interface ReplySink {
   /** Queues one reply line (without `\n`). */
   send(line: string): void;
+  /** Writes what is queued, then closes (a refused hello). Default: nothing. */
+  close?(): void;
+  /** The peer's `host:port` (failed hellos are slowed down per host). */
+  remote?: string;
   /**
    * Accounts for `units` (UTF-16 units, negative to give back) of replies held in memory
    * before they can be sent, so the connection's output limits cover them too.
@@ -58,6 +66,14 @@ export interface SessionContext {
   park?: (session: ClientSession, line: string) => void;
   /** A fatal condition (tokens exhausted): the server must stop. */
   fatal(error: Error): void;
+  /** Hellos: credentials, throttle, clock, log. Without it a hello is accepted as is. */
+  hello?: HelloContext;
+  /** Who holds what: interned at each grant (0 without a hello). */
+  owners?: Owners;
+  /** The sessions' grace period: connections of a session attach and detach. */
+  grace?: SessionGrace;
+  /** Runs `fn` after `ms` (a failed hello's answer is delayed). */
+  later?(ms: number, fn: () => void): void;
 }
 
 /** One queued acquire: its place among the replies of its key. */
@@ -89,6 +105,14 @@ export class ClientSession implements LineHandler {
   /** Acquires of this connection waiting in the table. */
   #waiting = 0;
   #closed = false;
+  /** Who the connection is, after its hello. */
+  #identity: Identity | undefined;
+  /** Whether a line other than a hello came (a hello must be the first line). */
+  #started = false;
+  /** The connection was refused (auth): it answers nothing more and closes. */
+  #refused = false;
+  /** Owner ids of this connection's grants (unbound, bound), valid for one owners epoch. */
+  #owner = { epoch: -1, unbound: 0, bound: 0 };
   #send = (entry: Ticket) => {
     this.#sink.hold?.(-(entry.reply!.length + 1));
     this.#sink.send(entry.reply!);
@@ -100,11 +124,27 @@ export class ClientSession implements LineHandler {
     this.#sink = sink;
   }
 
+  /** The connection's identity after its hello. */
+  get identity(): Identity | undefined {
+    return this.#identity;
+  }
+
   /** Handles one request line. */
   line(text: string): void {
     // A request parked while the role was unsettled, whose connection closed meanwhile:
     // nothing may be granted to it.
-    if (this.#closed) return;
+    if (this.#closed || this.#refused) return;
+    if (isHello(text)) {
+      this.#hello(text);
+      return;
+    }
+    if (this.#identity === undefined && this.#ctx.hello?.credentials?.() !== undefined) {
+      // With auth on, the first line must be a valid hello.
+      const [op, key] = text.split(" ", 2);
+      this.#refuse(errorReply(op || "-", key || "-", AUTH_REQUIRED), 0);
+      return;
+    }
+    this.#started = true;
     const gate = this.#ctx.gate?.();
     if (gate?.kind === "park") {
       this.#ctx.park!(this, text);
@@ -116,6 +156,11 @@ export class ClientSession implements LineHandler {
       return;
     }
     const { op, key } = request;
+    const prefix = this.#identity?.prefix;
+    if (prefix && !key.startsWith(prefix)) {
+      this.#reply(op, key, errorReply(op, key, OUTSIDE_PREFIX));
+      return;
+    }
     if (gate?.kind === "refuse") {
       this.#reply(op, key, refusalReply(op, key, gate.refusal));
       return;
@@ -132,8 +177,13 @@ export class ClientSession implements LineHandler {
             );
             return;
           }
+          if (request.session && this.#identity?.session === undefined) {
+            this.#reply(op, key, errorReply(op, key, "a session-bound acquire needs a session"));
+            return;
+          }
           const ticket = new Ticket(this, key);
-          const outcome = table.acquire(key, request.leaseMs, request.waitMs, ticket);
+          const owner = this.#ownerOf(request.session === true);
+          const outcome = table.acquire(key, request.leaseMs, request.waitMs, ticket, owner);
           if (typeof outcome === "bigint") this.#reply(op, key, grantReply(key, outcome));
           else {
             ticket.waiter = outcome;
@@ -185,12 +235,64 @@ export class ClientSession implements LineHandler {
   closed(): void {
     if (this.#closed) return;
     this.#closed = true;
+    const session = this.#identity?.session;
+    if (session !== undefined && this.#ctx.grace !== undefined) {
+      this.#ctx.grace.detach(session, this.#ctx.hello?.clock() ?? performance.now());
+    }
     for (const ticket of this.#order.entries()) {
       if (ticket.waiter !== undefined) this.#ctx.table.cancel(ticket.waiter);
       ticket.waiter = undefined;
     }
     this.#order.clear();
     this.#waiting = 0;
+  }
+
+  #hello(text: string): void {
+    const ctx = this.#ctx;
+    const outcome = answerHello(
+      ctx.hello ?? { clock: () => performance.now() },
+      text,
+      this.#sink.remote ?? "-",
+      this.#started || this.#identity !== undefined,
+    );
+    if (outcome.kind === "close") {
+      this.#refuse(outcome.reply, outcome.delayMs);
+      return;
+    }
+    if (outcome.kind === "ok") {
+      this.#identity = outcome.identity;
+      if (outcome.identity.session !== undefined) ctx.grace?.attach(outcome.identity.session);
+    }
+    this.#sink.send(outcome.reply);
+  }
+
+  /** Answers `reply` after `delayMs`, then closes; nothing else is answered meanwhile. */
+  #refuse(reply: string, delayMs: number): void {
+    this.#refused = true;
+    const answer = () => {
+      this.#sink.send(reply);
+      this.#sink.close?.();
+    };
+    if (delayMs > 0 && this.#ctx.later !== undefined) this.#ctx.later(delayMs, answer);
+    else answer();
+  }
+
+  /** The owner id of this connection's grants (bound ones: its session's bound owner). */
+  #ownerOf(bound: boolean): number {
+    const identity = this.#identity;
+    const owners = this.#ctx.owners;
+    if (identity === undefined || owners === undefined) return 0;
+    const cached = this.#owner;
+    if (cached.epoch !== owners.epoch) {
+      cached.epoch = owners.epoch;
+      cached.unbound = cached.bound = 0;
+    }
+    if (bound) {
+      cached.bound ||= owners.intern(identity.name, identity.session, true).id;
+      return cached.bound;
+    }
+    cached.unbound ||= owners.intern(identity.name, identity.session, false).id;
+    return cached.unbound;
   }
 
   #reject(error: RequestError): void {

@@ -139,6 +139,11 @@ export interface ClusterOptions {
   args?: string[];
   /** Extra environment for every node (`LOCKD_TRACE=1` is always set). */
   env?: Record<string, string>;
+  /**
+   * How the test opens a connection to a member (probes, {@linkcode withLine}): default plain
+   * TCP; a secured cluster passes one that dials TLS and sends a hello.
+   */
+  connect?: (port: number) => Promise<LineClient>;
 }
 
 /** One node of a test cluster: a fixed port and data directory, and its current process. */
@@ -153,6 +158,7 @@ export class Member {
   readonly dataDir: string;
   #args: string[];
   #env: Record<string, string>;
+  #connect: (port: number) => Promise<LineClient>;
   #proc: NodeProcess | undefined;
   #history = "";
   #ready = "";
@@ -164,6 +170,7 @@ export class Member {
     dataDir: string,
     args: string[],
     env: Record<string, string>,
+    connect: (port: number) => Promise<LineClient> = LineClient.connect,
   ) {
     this.index = index;
     this.port = port;
@@ -171,6 +178,12 @@ export class Member {
     this.dataDir = dataDir;
     this.#args = args;
     this.#env = env;
+    this.#connect = connect;
+  }
+
+  /** Opens a connection to it the way the cluster was told to (plain, or TLS and a hello). */
+  connect(): Promise<LineClient> {
+    return this.#connect(this.port);
   }
 
   /** Whether its process is running (paused or not). */
@@ -277,7 +290,7 @@ export class Member {
 
   /** Sends one request line on a new connection and returns the reply (`null`: none in time). */
   async request(line: string, timeoutMs = 1000): Promise<string | null> {
-    const client = await LineClient.connect(this.port);
+    const client = await this.connect();
     try {
       return await client.request(line, timeoutMs);
     } catch {
@@ -348,7 +361,14 @@ export class Cluster implements AsyncDisposable {
     for (const [index, port] of ports.entries()) {
       const dataDir = await Deno.makeTempDir({ prefix: DATA_DIR_PREFIX });
       members.push(
-        new Member(index, port, dataDir, ["--peers", peers, ...(options.args ?? [])], env),
+        new Member(
+          index,
+          port,
+          dataDir,
+          ["--peers", peers, ...(options.args ?? [])],
+          env,
+          options.connect,
+        ),
       );
     }
     const cluster = new Cluster(members, peers);
@@ -479,7 +499,7 @@ export function replicated(member: Member, key: string, token: bigint): Promise<
 
 /** Runs `fn` with a raw connection to `member`, closed afterwards. */
 export async function withLine<T>(member: Member, fn: (c: LineClient) => Promise<T>): Promise<T> {
-  const client = await LineClient.connect(member.port);
+  const client = await member.connect();
   try {
     return await fn(client);
   } finally {

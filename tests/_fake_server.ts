@@ -107,8 +107,10 @@ export function waitUntil(
 export class FakeConnection {
   /** 1 for the first connection the server accepted, 2 for the next, ... */
   readonly id: number;
-  /** Every line received on this connection, in order. */
+  /** Every line received on this connection, in order (hellos apart, see `hellos`). */
   readonly lines: string[] = [];
+  /** The hello lines answered by the fake server on this connection. */
+  readonly hellos: string[] = [];
   #conn: Deno.TcpConn;
   #server: FakeServer;
   #closed = false;
@@ -181,6 +183,12 @@ export class FakeConnection {
         this.send("? - E unknown op");
         return;
       }
+      if (line.startsWith("HELLO ") && this.#server.answerHellos) {
+        // The client's hello: accepted as lockd without auth would, kept apart from the log.
+        this.hellos.push(line);
+        this.send(`HELLO ${line.split(" ")[2] ?? "-"} OK`);
+        return;
+      }
       this.lines.push(line);
       this.#server.received(this, line);
     }, { stripCr: true, bufferBytes: 16 * 1024 });
@@ -214,6 +222,11 @@ export class FakeServer implements AsyncDisposable {
   handler: Handler | undefined;
   /** Answer the client's `?` latency probe like lockd (`? - E unknown op`) without logging it. */
   answerPings = true;
+  /**
+   * Answer the client's hello like lockd without auth (`HELLO <session> OK`), keeping it out
+   * of the log (see {@linkcode FakeConnection.hellos}). False: a hello is an ordinary line.
+   */
+  answerHellos = true;
   #acceptor: Acceptor;
   #waiters = new Waiters();
   #timers = new Set<ReturnType<typeof setTimeout>>();

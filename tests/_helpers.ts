@@ -163,13 +163,13 @@ export async function startServer(options: StartOptions = {}): Promise<ServerPro
 
 /** A raw TCP client that writes text and reads reply lines, for black-box tests. */
 export class LineClient {
-  #conn: Deno.TcpConn;
+  #conn: Deno.Conn;
   #lines: string[] = [];
   #waiting: ((line: string | null) => void) | null = null;
   #eof = false;
   #reader: Promise<void>;
 
-  private constructor(conn: Deno.TcpConn) {
+  private constructor(conn: Deno.Conn) {
     this.#conn = conn;
     this.#reader = this.#read();
   }
@@ -179,8 +179,13 @@ export class LineClient {
     return new LineClient(await Deno.connect({ hostname: "127.0.0.1", port }));
   }
 
+  /** Connects with TLS to `127.0.0.1:port`, trusting `caCerts` (PEM). */
+  static async connectTls(port: number, caCerts: string[]): Promise<LineClient> {
+    return new LineClient(await Deno.connectTls({ hostname: "127.0.0.1", port, caCerts }));
+  }
+
   /** The underlying connection (for low-level tricks). */
-  get conn(): Deno.TcpConn {
+  get conn(): Deno.Conn {
     return this.#conn;
   }
 

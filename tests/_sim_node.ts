@@ -15,6 +15,7 @@ import { ClusterNode } from "../server/cluster/node.ts";
 import type { PeerNetwork, ServerPort, TokenMark } from "../server/cluster/ports.ts";
 import { LockTable } from "../server/engine/lock_table.ts";
 import type { Logger } from "../server/log.ts";
+import { Owners } from "../server/owners.ts";
 import { ClientSession, type Gate, type Ticket, ticketHooks } from "../server/session.ts";
 import type { SimProcess, SimTime } from "./_sim_time.ts";
 
@@ -121,6 +122,8 @@ export class SimNode {
   readonly table: LockTable<Ticket>;
   /** Its token mark. */
   readonly tokens: FakeTokenMark;
+  /** Who holds what (mirrored from the active on a standby). */
+  readonly owners: Owners;
   /** Every role change, in order. */
   readonly roles: RoleChange[] = [];
   /** Every `answerQueued` refusal, with the replies it produced in order. */
@@ -161,14 +164,19 @@ export class SimNode {
       nextToken: () => this.tokens.next(),
       hooks: {
         ...ticketHooks,
-        held: (key, token, deadline) => stream()?.held(key, token, deadline),
+        held: (key, token, deadline, owner) => stream()?.held(key, token, deadline, owner),
         freed: (key, token) => stream()?.freed(key, token),
       },
     });
     this.tokens.onReserve = (mark) => stream()?.reserved(mark);
+    this.owners = new Owners({
+      created: (owner) => stream()?.owner(owner),
+      gone: (id) => stream()?.ownerGone(id),
+    });
     const port: ServerPort = {
       table: this.table,
       tokens: this.tokens,
+      owners: this.owners,
       clock,
       answerQueued: (refusal) => this.#answerQueued(refusal),
       unpark: () => {
@@ -230,6 +238,7 @@ export class SimNode {
       fatal: (error) => {
         throw error;
       },
+      owners: this.owners,
     }, {
       send: (line) => {
         this.#answering?.push(line);

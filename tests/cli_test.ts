@@ -45,6 +45,12 @@ Deno.test("parseConfig() gives the defaults of docs/server.md", () => {
     heartbeatMs: 100,
     failoverTimeoutMs: 1000,
     replication: "async",
+    authFile: undefined,
+    sessionGraceMs: 5000,
+    peerSecretFile: undefined,
+    tls: undefined,
+    tlsCaFile: undefined,
+    bridgeTokenFile: undefined,
   };
   assert.deepEqual(config, expected);
 });
@@ -226,6 +232,20 @@ Deno.test("parseConfig() takes all flags together", () => {
     "0.5",
     "--replication",
     "sync",
+    "--auth-file",
+    "/etc/lockd/clients.auth",
+    "--session-grace",
+    "2.5",
+    "--peer-secret-file",
+    "/etc/lockd/cluster.secret",
+    "--tls-cert",
+    "/etc/lockd/node.pem",
+    "--tls-key",
+    "/etc/lockd/node.key",
+    "--tls-ca",
+    "/etc/lockd/ca.pem",
+    "--bridge-token-file",
+    "/etc/lockd/bridge.tokens",
   ], envOf());
   assert.deepEqual(config, {
     help: false,
@@ -242,6 +262,12 @@ Deno.test("parseConfig() takes all flags together", () => {
     heartbeatMs: 50,
     failoverTimeoutMs: 500,
     replication: "sync",
+    authFile: "/etc/lockd/clients.auth",
+    sessionGraceMs: 2500,
+    peerSecretFile: "/etc/lockd/cluster.secret",
+    tls: { certFile: "/etc/lockd/node.pem", keyFile: "/etc/lockd/node.key" },
+    tlsCaFile: "/etc/lockd/ca.pem",
+    bridgeTokenFile: "/etc/lockd/bridge.tokens",
   });
 });
 

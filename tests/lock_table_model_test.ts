@@ -175,7 +175,12 @@ class Model {
 
   holders(): { key: string; token: bigint; deadline: number }[] {
     this.advance();
-    return [...this.locks].map(([key, l]) => ({ key, token: l.token, deadline: l.deadline }))
+    return [...this.locks].map(([key, l]) => ({
+      key,
+      token: l.token,
+      deadline: l.deadline,
+      owner: 0,
+    }))
       .sort((a, b) => a.key.localeCompare(b.key));
   }
 }

@@ -78,7 +78,7 @@ Deno.test("acquire() grants a free key at once whatever the wait", async (t) => 
       const token = h.table.acquire("k", 30_000, wait, "a");
       assert.equal(token, 1n);
       assert.deepEqual(h.take(), ["held k 1 31000"]);
-      assert.deepEqual(h.table.holder("k"), { key: "k", token: 1n, deadline: 31_000 });
+      assert.deepEqual(h.table.holder("k"), { key: "k", token: 1n, deadline: 31_000, owner: 0 });
       assert.equal(h.table.held, 1);
       assert.equal(h.table.waiting, 0);
     });
@@ -149,7 +149,7 @@ Deno.test("advance() passes an expired lease to the next waiter, its lease count
   h.at(130);
   h.table.advance();
   assert.deepEqual(h.take(), ["held k 2 180", "granted b k 2"]);
-  assert.deepEqual(h.table.holder("k"), { key: "k", token: 2n, deadline: 180 });
+  assert.deepEqual(h.table.holder("k"), { key: "k", token: 2n, deadline: 180, owner: 0 });
   h.at(179);
   h.table.advance();
   assert.deepEqual(h.take(), []);
@@ -364,7 +364,7 @@ Deno.test("extend() returns false and changes nothing for a wrong token or an en
     queue(h, "k", 100, 0, "b");
     h.at(150);
     assert.equal(h.table.extend("k", a, 1000), false);
-    assert.deepEqual(h.table.holder("k"), { key: "k", token: 2n, deadline: 250 });
+    assert.deepEqual(h.table.holder("k"), { key: "k", token: 2n, deadline: 250, owner: 0 });
   });
   await t.step("released", () => {
     const h = harness();
@@ -500,8 +500,8 @@ Deno.test("advance() after a late timer settles everything in deadline order", (
   assert.deepEqual(
     [...h.table.holders()].sort((x, y) => x.key.localeCompare(y.key)),
     [
-      { key: "k1", token: 5n, deadline: 1030 },
-      { key: "k4", token: 4n, deadline: 5000 },
+      { key: "k1", token: 5n, deadline: 1030, owner: 0 },
+      { key: "k4", token: 4n, deadline: 5000, owner: 0 },
     ],
   );
   h.at(2000);
@@ -633,7 +633,7 @@ Deno.test("restore() installs a grant unless a higher token holds the key", asyn
     h.at(100);
     assert.equal(h.table.restore("k", 42n, 500), true);
     assert.deepEqual(h.take(), ["held k 42 500"]);
-    assert.deepEqual(h.table.holder("k"), { key: "k", token: 42n, deadline: 500 });
+    assert.deepEqual(h.table.holder("k"), { key: "k", token: 42n, deadline: 500, owner: 0 });
     assert.equal(h.table.nextDeadline(), 500);
     // The restored grant behaves like any other.
     assert.equal(h.table.extend("k", 42n, 1000), true);
@@ -661,9 +661,9 @@ Deno.test("restore() installs a grant unless a higher token holds the key", asyn
     const a = grab(h, "k", 100, "a");
     h.take();
     assert.equal(h.table.restore("k", a - 1n, 900), false);
-    assert.deepEqual(h.table.holder("k"), { key: "k", token: a, deadline: 100 });
+    assert.deepEqual(h.table.holder("k"), { key: "k", token: a, deadline: 100, owner: 0 });
     assert.equal(h.table.restore("k", a, 900), true);
-    assert.deepEqual(h.table.holder("k"), { key: "k", token: a, deadline: 900 });
+    assert.deepEqual(h.table.holder("k"), { key: "k", token: a, deadline: 900, owner: 0 });
     assert.deepEqual(h.take(), ["held k 10 900"]);
   });
   await t.step("a higher token replaces the holder; waiters stay queued behind it", () => {
@@ -728,8 +728,8 @@ Deno.test("holders() lists every current grant after settling what is due", () =
   h.at(200);
   const list = [...h.table.holders()].sort((x, y) => x.key.localeCompare(y.key));
   assert.deepEqual(list, [
-    { key: "a", token: 4n, deadline: 700 },
-    { key: "c", token: 3n, deadline: 300 },
+    { key: "a", token: 4n, deadline: 700, owner: 0 },
+    { key: "c", token: 3n, deadline: 300, owner: 0 },
   ]);
 });
 
@@ -737,7 +737,7 @@ Deno.test("holder() returns the current grant of a key", () => {
   const h = harness();
   assert.equal(h.table.holder("k"), undefined);
   grab(h, "k", 100);
-  assert.deepEqual(h.table.holder("k"), { key: "k", token: 1n, deadline: 100 });
+  assert.deepEqual(h.table.holder("k"), { key: "k", token: 1n, deadline: 100, owner: 0 });
   h.at(100);
   assert.equal(h.table.holder("k"), undefined);
 });
@@ -804,7 +804,7 @@ Deno.test("a granted hook may call back into the table", () => {
   now = 100;
   table.advance();
   assert.deepEqual(log, ["granted b 2", "granted c 3"]);
-  assert.deepEqual(table.holder("k"), { key: "k", token: 3n, deadline: 200 });
+  assert.deepEqual(table.holder("k"), { key: "k", token: 3n, deadline: 200, owner: 0 });
   assert.equal(table.waiting, 0);
 });
 

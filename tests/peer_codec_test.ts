@@ -19,6 +19,7 @@ import {
 } from "../server/cluster/peer_codec.ts";
 import { PeerInbound, type PeerReceiver } from "../server/cluster/peer_inbound.ts";
 import type { Replica } from "../server/cluster/replica.ts";
+import type { Owner } from "../server/owners.ts";
 import type { Logger } from "../server/log.ts";
 import { mulberry32 } from "./_prng.ts";
 
@@ -112,6 +113,22 @@ const messages: [string, PeerMessage][] = [
   ["HANDOFFEND", { type: "HANDOFFEND" }],
   ["TAKEN c3", { type: "TAKEN", activation: "c3" }],
   ["SEQ 1", { type: "SEQ", seq: 1 }],
+  ["H k 5 100 7", { type: "H", key: "k", token: 5n, remainingMs: 100, owner: 7 }],
+  ["O 7 1 0123456789abcdef0123456789abcdef billing-7@host:42", {
+    type: "O",
+    id: 7,
+    bound: true,
+    session: "0123456789abcdef0123456789abcdef",
+    name: "billing-7@host:42",
+  }],
+  ["O 2147483647 0 - nc", {
+    type: "O",
+    id: 2147483647,
+    bound: false,
+    session: undefined,
+    name: "nc",
+  }],
+  ["OGONE 7", { type: "OGONE", id: 7 }],
   ["COMMIT d4", { type: "COMMIT", activation: "d4" }],
   ["ABORT e5", { type: "ABORT", activation: "e5" }],
   ["ACK 9007199254740991", { type: "ACK", seq: 9007199254740991 }],
@@ -135,6 +152,8 @@ Deno.test("encodePeer() and decodePeer() round-trip every message type", () => {
       "HANDOFF",
       "HANDOFFEND",
       "HB",
+      "O",
+      "OGONE",
       "PEER",
       "SEQ",
       "SNAP",
@@ -166,7 +185,9 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "HB active - 0 0 - 0 0 0",
       "SNAP a 1",
       "H k 1",
-      "H k 1 1 1",
+      "H k 1 1 1 1",
+      "H k 1 1 0",
+      "H k 1 1 x",
       "F k",
       "F k 1 1",
       "W",
@@ -366,6 +387,8 @@ const TYPES = [
   "ACK",
   "COMMIT",
   "ABORT",
+  "O",
+  "OGONE",
   "HELLO",
   "hb",
   "",
@@ -394,6 +417,8 @@ const FIELDS: Record<string, string[][]> = {
   ACK: [["1", "7", "9007199254740991"]],
   COMMIT: [ACTIVATIONS],
   ABORT: [ACTIVATIONS],
+  O: [["1", "7", "2147483647"], FLAGS, ["-", "0123456789abcdef0123456789abcdef"], KEYS],
+  OGONE: [["1", "42"]],
 };
 
 /** A random line: mostly well-formed fields with a few near misses and junk mixed in. */
@@ -456,6 +481,8 @@ Deno.test("decodePeer() never throws on random lines and re-encodes what it acce
       "HANDOFF",
       "HANDOFFEND",
       "HB",
+      "O",
+      "OGONE",
       "PEER",
       "SEQ",
       "SNAP",
@@ -477,6 +504,8 @@ class FakeReceiver implements PeerReceiver {
   following = true;
   /** The carried holders of the last takeOver. */
   carried: Carried[] | undefined = undefined;
+  /** The carried owners of the last takeOver. */
+  owners: Owner[] = [];
   readonly replica: Replica;
 
   constructor() {
@@ -507,8 +536,14 @@ class FakeReceiver implements PeerReceiver {
   follows(_peer: string): boolean {
     return this.following;
   }
-  takeOver(peer: string, header: HandoffBegin, carried: Carried[] | undefined): void {
+  takeOver(
+    peer: string,
+    header: HandoffBegin,
+    carried: Carried[] | undefined,
+    owners: Owner[],
+  ): void {
     this.carried = carried;
+    this.owners = owners;
     this.calls.push(`takeOver ${peer} ${header.activation} ${header.mode}`);
   }
   handedOver(peer: string, activation: string): void {
@@ -637,14 +672,18 @@ Deno.test("PeerInbound collects the holders of a full handover and takes over wi
   await t.step("full", () => {
     const h = inboundHarness();
     h.inbound.line("HANDOFF b2 99 2000000 full a1 50");
-    h.inbound.line("H k 7 3000");
+    h.inbound.line("O 3 1 0123456789abcdef0123456789abcdef billing-7");
+    h.inbound.line("H k 7 3000 3");
     h.inbound.line("H é 8 1");
     assert.deepEqual(h.receiver.take(), [], "the holders are not replicated");
     h.inbound.line("HANDOFFEND");
     assert.deepEqual(h.receiver.take(), ["takeOver 10.0.0.2:7400 b2 full"]);
     assert.deepEqual(h.receiver.carried, [
-      { key: "k", token: 7n, remainingMs: 3000 },
-      { key: "é", token: 8n, remainingMs: 1 },
+      { key: "k", token: 7n, remainingMs: 3000, owner: 3 },
+      { key: "é", token: 8n, remainingMs: 1, owner: 0 },
+    ]);
+    assert.deepEqual(h.receiver.owners, [
+      { id: 3, bound: true, session: "0123456789abcdef0123456789abcdef", name: "billing-7" },
     ]);
     // After the handover H lines are the stream's again.
     h.inbound.line("H k 9 10");

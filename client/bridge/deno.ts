@@ -14,6 +14,8 @@ export interface ServeBridgeOptions extends BridgeOptions {
   hostname?: string;
   /** Port; 0 picks a free one. Default 8080. */
   port?: number;
+  /** Serve `wss://` (HTTPS) with this certificate chain and key (PEM). Default: plain `ws://`. */
+  tls?: { cert: string; key: string };
 }
 
 /** A running bridge. */
@@ -24,9 +26,17 @@ export interface BridgeServer {
   shutdown(): Promise<void>;
 }
 
-/** The WebSocket upgrade of Deno (`Deno.upgradeWebSocket`), the bridge's default. */
+/**
+ * The WebSocket upgrade of Deno (`Deno.upgradeWebSocket`), the bridge's default. When the
+ * client offers protocols (`lockd` and `bearer.<token>`), it answers with `lockd`.
+ */
 export function denoUpgrade(request: Request): { socket: BridgeSocket; response: Response } {
-  return Deno.upgradeWebSocket(request);
+  const offered = (request.headers.get("sec-websocket-protocol") ?? "").split(",").map((p) =>
+    p.trim()
+  );
+  return offered.includes("lockd")
+    ? Deno.upgradeWebSocket(request, { protocol: "lockd" })
+    : Deno.upgradeWebSocket(request);
 }
 
 /**
@@ -46,11 +56,14 @@ export function denoUpgrade(request: Request): { socket: BridgeSocket; response:
  */
 export function serveBridge(options: ServeBridgeOptions): BridgeServer {
   const handler = createHandler(options, options.upgradeWebSocket ?? denoUpgrade);
-  const server = Deno.serve({
+  const where = {
     hostname: options.hostname ?? "127.0.0.1",
     port: options.port ?? 8080,
     onListen: () => {},
-  }, handler);
+  };
+  const server = options.tls === undefined
+    ? Deno.serve(where, handler)
+    : Deno.serve({ ...where, cert: options.tls.cert, key: options.tls.key }, handler);
   const addr = server.addr as { hostname: string; port: number };
   let stopped: Promise<void> | undefined;
   return {

@@ -8,6 +8,7 @@
  */
 
 import { type ClientInternals, clientInternals, LockClient } from "../client.ts";
+import type { LockClientOptions } from "../options.ts";
 import { BridgeSession, type BridgeSocket, ClientGroup, validPrefix } from "./session.ts";
 
 /** Options of {@linkcode createBridgeHandler}. Give `servers` or `client`. */
@@ -48,6 +49,11 @@ export interface BridgeOptions {
   clientScript?: string;
   /** An HTML page served at `/` when given (e.g. the demo). */
   page?: string;
+  /**
+   * Options of the clients the bridge makes with `servers`: e.g. the bridge's own `auth`
+   * credential for a server that requires one, `caCerts` for `tls://` servers.
+   */
+  clientOptions?: LockClientOptions;
   /**
    * Turns an upgrade request into a WebSocket and the response that completes it. Default
    * (from `@lockd/client/bridge`): `Deno.upgradeWebSocket`; give your runtime's own elsewhere.
@@ -91,7 +97,10 @@ export function createHandler(options: BridgeOptions, upgrade: UpgradeWebSocket)
    * acquires on lockd), or the shared client. */
   const relayFor = (): { relay: ClientInternals; client?: LockClient } => {
     if (shared !== undefined) return { relay: shared };
-    const client = new LockClient(options.servers!, { connectionsPerAddress: 1 });
+    const client = new LockClient(options.servers!, {
+      ...options.clientOptions,
+      connectionsPerAddress: 1,
+    });
     return { relay: clientInternals.get(client)!, client };
   };
 

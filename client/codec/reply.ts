@@ -8,8 +8,8 @@
 
 import { parseToken } from "./fields.ts";
 
-/** Status letters of a reply (docs/protocol.md). */
-export type Status = "A" | "T" | "R" | "X" | "N" | "M" | "E";
+/** Status letters of a reply (docs/protocol.md); `OK` answers a hello. */
+export type Status = "A" | "T" | "R" | "X" | "N" | "M" | "E" | "OK";
 
 /** A reply line, split into its parts. */
 export interface Reply {
@@ -67,6 +67,7 @@ export function parseReply(line: string): Reply | undefined {
   if (op === "" || key === "") return undefined;
   // Which statuses answer which op (M and E answer any request, `-` only E).
   const fits = status === "E" || (status === "M" && op !== "-") ||
+    (op === "HELLO" && status === "OK") ||
     (op === "A" && (status === "A" || status === "T")) ||
     (op === "R" && (status === "R" || status === "N")) ||
     (op === "X" && (status === "X" || status === "N"));
@@ -80,6 +81,7 @@ export function parseReply(line: string): Reply | undefined {
     case "R":
     case "X":
     case "N":
+    case "OK":
       return value === undefined ? { op, key, status } : undefined;
     case "M":
       return value ? { op, key, status, text: value } : undefined;
@@ -96,6 +98,12 @@ export const SHUTTING_DOWN = "shutting down";
 export const LINE_TOO_LONG = "line too long";
 /** `E` message of a connection over the server's `--max-connections`; it closes. */
 export const TOO_MANY_CONNECTIONS = "too many connections";
+/** `E` message of a first line that is not a hello on a server that requires one. */
+export const AUTH_REQUIRED = "authentication required";
+/** `E` message of a hello whose credential is wrong (which part, it does not say). */
+export const AUTH_FAILED = "authentication failed";
+/** `E` message of a request for a key outside the connection's credential prefix. */
+export const OUTSIDE_PREFIX = "key outside this credential's prefix";
 /** `E` message of a line that is not valid UTF-8. */
 export const NOT_UTF8 = "line is not valid UTF-8";
 

@@ -31,6 +31,11 @@ export interface AcquireRequest {
   leaseMs: number;
   /** Longest time to queue, in milliseconds; 0 means no limit. */
   waitMs: number;
+  /**
+   * Bound to the connection's session (`s`): released when every connection of the session
+   * has been gone for the server's grace period (docs/protocol.md, "Sessions").
+   */
+  session?: boolean;
 }
 
 /** `R <key> <token>`: release the grant of `key` that carries `token`. */
@@ -155,9 +160,12 @@ export function parseRequest(line: string, options?: ParseRequestOptions): Reque
   if (key === undefined || key === "") return fail(op, key, "missing key");
   const badKey = keyError(key);
   if (badKey !== undefined) return fail(op, key, badKey);
-  const expected = op === "A" ? 4 : op === "R" ? 3 : 4;
+  // An acquire may carry a fifth field, `s`: bound to the connection's session. Any other
+  // fifth field is one too many, as in protocol v1.
+  const bound = op === "A" && fields.length === 5 && fields[4] === "s";
+  const expected = op === "A" ? (bound ? 5 : 4) : op === "R" ? 3 : 4;
   const usage = op === "A"
-    ? "usage: A <key> <lease> <wait>"
+    ? "usage: A <key> <lease> <wait> [s]"
     : op === "R"
     ? "usage: R <key> <token>"
     : "usage: X <key> <token> <lease>";
@@ -180,7 +188,14 @@ export function parseRequest(line: string, options?: ParseRequestOptions): Reque
     const waitMs = parseSeconds(fields[3]);
     if (Number.isNaN(waitMs)) return fail(op, key, WAIT_RULE);
     // A wait beyond 31,700 years is no limit at all, which the protocol spells 0.
-    return { op, key, leaseMs, waitMs: Number.isFinite(waitMs) ? waitMs : 0 };
+    const request: AcquireRequest = {
+      op,
+      key,
+      leaseMs,
+      waitMs: Number.isFinite(waitMs) ? waitMs : 0,
+    };
+    if (bound) request.session = true;
+    return request;
   }
   const token = parseToken(fields[2]);
   if (token === undefined) return fail(op, key, TOKEN_RULE);
@@ -207,7 +222,7 @@ export function parseRequest(line: string, options?: ParseRequestOptions): Reque
 export function formatRequest(request: Request): string {
   switch (request.op) {
     case "A":
-      return acquireLine(request.key, request.leaseMs, request.waitMs);
+      return acquireLine(request.key, request.leaseMs, request.waitMs, request.session);
     case "R":
       return releaseLine(request.key, request.token);
     case "X":
@@ -225,8 +240,14 @@ export function formatRequest(request: Request): string {
  * acquireLine("k", 30_000, 0); // "A k 30 0"
  * ```
  */
-export function acquireLine(key: string, leaseMs: number, waitMs: number): string {
-  return `A ${key} ${formatSeconds(leaseMs)} ${formatSeconds(waitMs)}`;
+export function acquireLine(
+  key: string,
+  leaseMs: number,
+  waitMs: number,
+  session = false,
+): string {
+  const line = `A ${key} ${formatSeconds(leaseMs)} ${formatSeconds(waitMs)}`;
+  return session ? `${line} s` : line;
 }
 
 /**

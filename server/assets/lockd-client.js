@@ -15,7 +15,10 @@ __export(ws_exports, {
 });
 function connectWebSocket(address, handlers, signal) {
   return new Promise((resolve, reject) => {
-    const socket = new WebSocket(address.url);
+    const socket = address.bearer === void 0 ? new WebSocket(address.url) : new WebSocket(address.url, [
+      "lockd",
+      `bearer.${address.bearer}`
+    ]);
     let open = false;
     let closed = false;
     const transport = {
@@ -84,20 +87,172 @@ function parseAddress(text) {
       key: url.href
     };
   }
-  const rest = trimmed.replace(/^tcp:\/\//i, "");
+  const tls = /^tls:\/\//i.test(trimmed);
+  const rest = trimmed.replace(/^(?:tcp|tls):\/\//i, "");
   const match = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:/\[\]]+))(?::([0-9]{1,5}))?$/.exec(rest);
   const port = match?.[3] === void 0 ? DEFAULT_PORT : Number(match[3]);
   if (!match || port < 1 || port > 65535) {
-    throw new TypeError(`Invalid lockd address "${text}": expected host:port, tcp://host:port, ws:// or wss:// URL`);
+    throw new TypeError(`Invalid lockd address "${text}": expected host:port, tcp://host:port, tls://host:port, ws:// or wss:// URL`);
   }
   const hostname = match[1] ?? match[2];
   const key = hostname.includes(":") ? `[${hostname}]:${port}` : `${hostname}:${port}`;
   return {
-    scheme: "tcp",
+    scheme: tls ? "tls" : "tcp",
     hostname,
     port,
     key
   };
+}
+
+// client/codec/fields.ts
+var MAX_TOKEN = 18446744073709551615n;
+var MAX_KEY_BYTES = 250;
+var TOKEN = /^[1-9][0-9]{0,19}$/;
+var BAD_KEY_CHAR = /[\s\p{Cc}]/u;
+function utf8Length(text) {
+  let bytes = text.length;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 128) continue;
+    if (c < 2048) bytes += 1;
+    else if (c < 55296 || c > 57343) bytes += 2;
+    else {
+      bytes += 2;
+      const d = text.charCodeAt(i + 1);
+      if (c <= 56319 && d >= 56320 && d <= 57343) i++;
+    }
+  }
+  return bytes;
+}
+function keyError(key) {
+  if (key.length === 0) return "missing key";
+  if (key.length > MAX_KEY_BYTES || key.length * 3 > MAX_KEY_BYTES && utf8Length(key) > MAX_KEY_BYTES) {
+    return `key must be at most ${MAX_KEY_BYTES} bytes`;
+  }
+  if (BAD_KEY_CHAR.test(key)) return "key must not contain whitespace or control characters";
+  if (!key.isWellFormed()) return "key must be valid Unicode (no lone surrogates)";
+  return void 0;
+}
+function parseToken(text) {
+  if (!TOKEN.test(text)) return void 0;
+  const token = BigInt(text);
+  return token <= MAX_TOKEN ? token : void 0;
+}
+function formatSeconds(ms) {
+  if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`Cannot send ${ms} ms as seconds`);
+  const whole = Math.floor(ms / 1e3);
+  const rest = Math.ceil(ms - whole * 1e3);
+  if (rest === 0) return BigInt(whole).toString();
+  if (rest === 1e3) return (BigInt(whole) + 1n).toString();
+  return `${BigInt(whole)}.${String(rest).padStart(3, "0").replace(/0+$/, "")}`;
+}
+
+// client/codec/reply.ts
+function parseReply(line) {
+  const first = line.indexOf(" ");
+  const second = first < 0 ? -1 : line.indexOf(" ", first + 1);
+  if (second < 0) return void 0;
+  const op = line.slice(0, first);
+  const key = line.slice(first + 1, second);
+  const third = line.indexOf(" ", second + 1);
+  const status = line.slice(second + 1, third < 0 ? line.length : third);
+  const value = third < 0 ? void 0 : line.slice(third + 1);
+  if (op === "" || key === "") return void 0;
+  const fits = status === "E" || status === "M" && op !== "-" || op === "HELLO" && status === "OK" || op === "A" && (status === "A" || status === "T") || op === "R" && (status === "R" || status === "N") || op === "X" && (status === "X" || status === "N");
+  if (!fits) return void 0;
+  switch (status) {
+    case "A": {
+      const token = value === void 0 ? void 0 : parseToken(value);
+      return token === void 0 ? void 0 : {
+        op,
+        key,
+        status,
+        token
+      };
+    }
+    case "T":
+    case "R":
+    case "X":
+    case "N":
+    case "OK":
+      return value === void 0 ? {
+        op,
+        key,
+        status
+      } : void 0;
+    case "M":
+      return value ? {
+        op,
+        key,
+        status,
+        text: value
+      } : void 0;
+    default:
+      return {
+        op,
+        key,
+        status: "E",
+        text: value ?? ""
+      };
+  }
+}
+var NO_ACTIVE_NODE = "no active node";
+var SHUTTING_DOWN = "shutting down";
+var PROBE = "?";
+function replyAction(reply) {
+  if (reply.status === "M") return "redirect";
+  if (reply.status === "E" && (reply.text === NO_ACTIVE_NODE || reply.text === SHUTTING_DOWN)) {
+    return "retry";
+  }
+  return "done";
+}
+function echoId(op, key) {
+  return `${op} ${key}`;
+}
+
+// client/codec/request.ts
+var TOKEN_RULE = `token must be a decimal integer from 1 to ${MAX_TOKEN} without leading zeros`;
+function acquireLine(key, leaseMs, waitMs, session = false) {
+  const line = `A ${key} ${formatSeconds(leaseMs)} ${formatSeconds(waitMs)}`;
+  return session ? `${line} s` : line;
+}
+function releaseLine(key, token) {
+  return `R ${key} ${token}`;
+}
+function extendLine(key, token, leaseMs) {
+  return `X ${key} ${token} ${formatSeconds(leaseMs)}`;
+}
+
+// client/codec/hello.ts
+var HELLO_VERSION = 1;
+var MAX_CLIENT_NAME_BYTES = 128;
+var SESSION = /^[0-9a-f]{32}$/;
+var CREDENTIAL_NAME = /^[A-Za-z0-9._@-]{1,64}$/;
+var SECRET = /^[\x21-\x7e]{1,256}$/;
+function clientNameError(name) {
+  if (name.length === 0) return "missing client name";
+  if (utf8Length(name) > MAX_CLIENT_NAME_BYTES) {
+    return `client name must be at most ${MAX_CLIENT_NAME_BYTES} bytes`;
+  }
+  return keyError(name)?.replace(/^key/, "client name");
+}
+function helloLine(hello) {
+  const session = hello.session ?? "-";
+  if (session !== "-" && !SESSION.test(session)) {
+    throw new TypeError("session must be 32 lowercase hex digits");
+  }
+  const nameProblem = clientNameError(hello.name);
+  if (nameProblem !== void 0) throw new TypeError(`Invalid client name: ${nameProblem}`);
+  const head = `HELLO ${HELLO_VERSION} ${session} ${hello.name}`;
+  const c = hello.credential;
+  if (c === void 0) return head;
+  if (!CREDENTIAL_NAME.test(c.name)) {
+    throw new TypeError("credential name must be 1-64 letters, digits, '.', '_', '@' or '-'");
+  }
+  if (!SECRET.test(c.secret)) {
+    throw new TypeError("secret must be 1-256 printable ASCII characters without spaces");
+  }
+  return `${head} ${c.name} ${c.secret}`;
 }
 
 // client/errors.ts
@@ -355,126 +510,9 @@ var LockHandle = class {
   }
 };
 
-// client/codec/fields.ts
-var MAX_TOKEN = 18446744073709551615n;
-var MAX_KEY_BYTES = 250;
-var TOKEN = /^[1-9][0-9]{0,19}$/;
-var BAD_KEY_CHAR = /[\s\p{Cc}]/u;
-function utf8Length(text) {
-  let bytes = text.length;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c < 128) continue;
-    if (c < 2048) bytes += 1;
-    else if (c < 55296 || c > 57343) bytes += 2;
-    else {
-      bytes += 2;
-      const d = text.charCodeAt(i + 1);
-      if (c <= 56319 && d >= 56320 && d <= 57343) i++;
-    }
-  }
-  return bytes;
-}
-function keyError(key) {
-  if (key.length === 0) return "missing key";
-  if (key.length > MAX_KEY_BYTES || key.length * 3 > MAX_KEY_BYTES && utf8Length(key) > MAX_KEY_BYTES) {
-    return `key must be at most ${MAX_KEY_BYTES} bytes`;
-  }
-  if (BAD_KEY_CHAR.test(key)) return "key must not contain whitespace or control characters";
-  if (!key.isWellFormed()) return "key must be valid Unicode (no lone surrogates)";
-  return void 0;
-}
-function parseToken(text) {
-  if (!TOKEN.test(text)) return void 0;
-  const token = BigInt(text);
-  return token <= MAX_TOKEN ? token : void 0;
-}
-function formatSeconds(ms) {
-  if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`Cannot send ${ms} ms as seconds`);
-  const whole = Math.floor(ms / 1e3);
-  const rest = Math.ceil(ms - whole * 1e3);
-  if (rest === 0) return BigInt(whole).toString();
-  if (rest === 1e3) return (BigInt(whole) + 1n).toString();
-  return `${BigInt(whole)}.${String(rest).padStart(3, "0").replace(/0+$/, "")}`;
-}
-
-// client/codec/reply.ts
-function parseReply(line) {
-  const first = line.indexOf(" ");
-  const second = first < 0 ? -1 : line.indexOf(" ", first + 1);
-  if (second < 0) return void 0;
-  const op = line.slice(0, first);
-  const key = line.slice(first + 1, second);
-  const third = line.indexOf(" ", second + 1);
-  const status = line.slice(second + 1, third < 0 ? line.length : third);
-  const value = third < 0 ? void 0 : line.slice(third + 1);
-  if (op === "" || key === "") return void 0;
-  const fits = status === "E" || status === "M" && op !== "-" || op === "A" && (status === "A" || status === "T") || op === "R" && (status === "R" || status === "N") || op === "X" && (status === "X" || status === "N");
-  if (!fits) return void 0;
-  switch (status) {
-    case "A": {
-      const token = value === void 0 ? void 0 : parseToken(value);
-      return token === void 0 ? void 0 : {
-        op,
-        key,
-        status,
-        token
-      };
-    }
-    case "T":
-    case "R":
-    case "X":
-    case "N":
-      return value === void 0 ? {
-        op,
-        key,
-        status
-      } : void 0;
-    case "M":
-      return value ? {
-        op,
-        key,
-        status,
-        text: value
-      } : void 0;
-    default:
-      return {
-        op,
-        key,
-        status: "E",
-        text: value ?? ""
-      };
-  }
-}
-var NO_ACTIVE_NODE = "no active node";
-var SHUTTING_DOWN = "shutting down";
-var PROBE = "?";
-function replyAction(reply) {
-  if (reply.status === "M") return "redirect";
-  if (reply.status === "E" && (reply.text === NO_ACTIVE_NODE || reply.text === SHUTTING_DOWN)) {
-    return "retry";
-  }
-  return "done";
-}
-function echoId(op, key) {
-  return `${op} ${key}`;
-}
-
-// client/codec/request.ts
-var TOKEN_RULE = `token must be a decimal integer from 1 to ${MAX_TOKEN} without leading zeros`;
-function acquireLine(key, leaseMs, waitMs) {
-  return `A ${key} ${formatSeconds(leaseMs)} ${formatSeconds(waitMs)}`;
-}
-function releaseLine(key, token) {
-  return `R ${key} ${token}`;
-}
-function extendLine(key, token, leaseMs) {
-  return `X ${key} ${token} ${formatSeconds(leaseMs)}`;
-}
-
 // client/dial.ts
 async function connectTransport(address, handlers, signal) {
-  if (address.scheme === "tcp") {
+  if (address.scheme === "tcp" || address.scheme === "tls") {
     if (!("Deno" in globalThis)) {
       throw new Error(`TCP address ${address.key} needs Deno; in a browser or other runtime use the WebSocket bridge (ws:// or wss://)`);
     }
@@ -496,6 +534,13 @@ function resolveOptions(options, addresses) {
   if (!Number.isInteger(perAddress) || perAddress < 1) {
     throw new TypeError(`connectionsPerAddress must be a whole number above 0, got ${perAddress}`);
   }
+  if (options.name !== void 0) {
+    const problem = clientNameError(options.name);
+    if (problem !== void 0) throw new TypeError(`Invalid name: ${problem}`);
+  }
+  if (options.bearer !== void 0 && !/^[A-Za-z0-9._~-]+$/.test(options.bearer)) {
+    throw new TypeError("bearer must be letters, digits and '-._~' only");
+  }
   return {
     reconnectIntervalMs: options.reconnectIntervalMs ?? 3e3,
     connectTimeoutMs: options.connectTimeoutMs ?? 3e3,
@@ -505,7 +550,12 @@ function resolveOptions(options, addresses) {
     staleConnectionMs: options.staleConnectionMs ?? 2e3,
     autoExtend: options.autoExtend ?? false,
     connect: options.connect ?? connectTransport,
-    connectionsPerAddress: perAddress
+    connectionsPerAddress: perAddress,
+    name: options.name,
+    auth: options.auth,
+    sessionLocks: options.sessionLocks ?? false,
+    caCerts: options.caCerts,
+    bearer: options.bearer
   };
 }
 function checkKey(key) {
@@ -525,6 +575,7 @@ function toMs(seconds, what) {
 }
 
 // client/managed_connection.ts
+var HELLO_ID = echoId("HELLO", "");
 var ConnectionLost = class extends Error {
   /** @param address Where it was connected. @param detail Last error line from the server. */
   constructor(address, detail) {
@@ -537,6 +588,9 @@ var ManagedConnection = class {
   address;
   #options;
   #transport;
+  /** Whether the transport said hello and may carry requests. */
+  #ready = false;
+  #refusal;
   #connecting;
   #pending = /* @__PURE__ */ new Map();
   #reconnectTimer;
@@ -557,7 +611,14 @@ var ManagedConnection = class {
   }
   /** Whether requests can be sent now. */
   get up() {
-    return this.#transport !== void 0;
+    return this.#transport !== void 0 && this.#ready;
+  }
+  /**
+   * Why the server refused this client's hello the last time it answered one (`E
+   * authentication failed`, ...), or `undefined` once a hello was accepted.
+   */
+  get refusal() {
+    return this.#refusal;
   }
   /** Why the last attempt failed or the connection was lost, if it did. */
   get lastError() {
@@ -575,7 +636,7 @@ var ManagedConnection = class {
    */
   probe(graceMs) {
     const transport = this.#transport;
-    if (transport === void 0) return Promise.resolve(false);
+    if (transport === void 0 || !this.#ready) return Promise.resolve(false);
     const before = this.#received;
     return new Promise((resolve) => {
       const cancel = after(graceMs, () => {
@@ -595,7 +656,7 @@ var ManagedConnection = class {
    * the attempt failed (a background retry is then scheduled).
    */
   connect() {
-    if (this.#transport !== void 0) return Promise.resolve(true);
+    if (this.up) return Promise.resolve(true);
     if (this.#options.closed.aborted) return Promise.resolve(false);
     this.#connecting ??= this.#open().finally(() => this.#connecting = void 0);
     return this.#connecting;
@@ -606,6 +667,10 @@ var ManagedConnection = class {
    * @throws {ConnectionLost} If not connected, or if the connection drops before the reply.
    */
   request(op, key, line) {
+    if (!this.#ready) return Promise.reject(new ConnectionLost(this.address.key));
+    return this.#request(op, key, line);
+  }
+  #request(op, key, line) {
     const transport = this.#transport;
     if (transport === void 0) return Promise.reject(new ConnectionLost(this.address.key));
     return new Promise((settled, reject) => {
@@ -664,8 +729,10 @@ var ManagedConnection = class {
         return false;
       }
       this.#transport = transport;
-      this.#lastError = void 0;
       this.#lastReceived = performance.now();
+      this.#sayHello(transport);
+      this.#ready = true;
+      this.#lastError = void 0;
       this.#ping();
       return true;
     } catch (error) {
@@ -676,6 +743,26 @@ var ManagedConnection = class {
       cancelTimeout();
       this.#options.closed.removeEventListener("abort", onClose);
     }
+  }
+  /**
+   * Sends the hello (when the client has one) first on a fresh connection. Its answer is not
+   * waited for: the server handles lines in order, so requests may follow at once (no round
+   * trip is added to a connect, and a node that froze is noticed by the requests' probes as
+   * without a hello). A refusal (a wrong credential) is kept in {@linkcode refusal} before
+   * the server closes the connection, so the requests it fails can say why.
+   */
+  #sayHello(transport) {
+    const hello = this.#options.hello;
+    if (hello === void 0) return;
+    this.#request("HELLO", "", hello.line).then((reply) => {
+      if (reply.status === "OK" || reply.status === "E" && reply.text === "unknown op") {
+        this.#refusal = void 0;
+        return;
+      }
+      this.#refusal = reply.status === "E" ? reply.text ?? "hello refused" : "hello refused";
+      this.#dropFrozen(transport, this.#refusal);
+    }, () => {
+    });
   }
   /**
    * Measures the round trip of a fresh connection with a request that changes nothing: an
@@ -718,18 +805,20 @@ var ManagedConnection = class {
       this.#transport?.close();
       return;
     }
-    const queue = this.#pending.get(echoId(reply.op, reply.key));
+    const id = reply.op === "HELLO" ? HELLO_ID : echoId(reply.op, reply.key);
+    const queue = this.#pending.get(id);
     const pending = queue?.shift();
     if (pending === void 0) {
       if (reply.status === "E") this.#lastError = reply.text;
       return;
     }
-    if (queue.length === 0) this.#pending.delete(echoId(reply.op, reply.key));
+    if (queue.length === 0) this.#pending.delete(id);
     pending.resolve(reply);
   }
   #lost(transport) {
     if (this.#transport !== transport) return;
     this.#transport = void 0;
+    this.#ready = false;
     this.#failAll(this.#lastError);
     this.#scheduleReconnect();
     this.#options.lost();
@@ -746,6 +835,7 @@ var ManagedConnection = class {
     this.#reconnectTimer = void 0;
     const transport = this.#transport;
     this.#transport = void 0;
+    this.#ready = false;
     transport?.close();
     this.#failAll("client closed");
   }
@@ -775,7 +865,7 @@ function by(promise, until, fallback) {
     });
   });
 }
-var MAX_REPLY_LATENCY_MS = 250;
+var MAX_REPLY_LATENCY_MS = 100;
 function sleep(ms, signal) {
   return new Promise((resolve) => {
     if (signal.aborted) return resolve();
@@ -798,6 +888,9 @@ var Router = class {
   #options;
   #closed;
   #lost;
+  #hello;
+  /** Whether this client speaks TLS: the nodes an `M` names are then reached with TLS. */
+  #tls;
   /** Decaying maximum of measured round trips (ms): an upper bound of one-way latency. */
   #latency = 0;
   /**
@@ -806,10 +899,12 @@ var Router = class {
    * @param closed Aborts when the client closes.
    * @param lost Called when a connection drops.
    */
-  constructor(addresses, options, closed, lost) {
+  constructor(addresses, options, closed, lost, hello) {
     this.#options = options;
     this.#closed = closed;
     this.#lost = lost;
+    this.#hello = hello;
+    this.#tls = addresses.some((a) => a.scheme === "tls");
     for (let i = 0; i < options.connectionsPerAddress; i++) {
       for (const address of addresses) this.#add(address);
     }
@@ -871,6 +966,9 @@ var Router = class {
       let connection = target ?? this.#pick(op, key);
       target = void 0;
       if (connection !== void 0 && !connection.up && !await by(connection.connect(), connectBy(), false)) {
+        if (connection.refusal !== void 0) {
+          throw new LockRejectedError(op, key, connection.refusal);
+        }
         lastProblem = `${connection.address.key} is unreachable`;
         if (this.#active === connection.address.key) this.#active = void 0;
         await pause();
@@ -878,6 +976,8 @@ var Router = class {
       }
       connection ??= await by(this.#anyUp(), connectBy(), void 0);
       if (connection === void 0) {
+        const refusal = this.#connections.find((c) => c.refusal !== void 0)?.refusal;
+        if (refusal !== void 0) throw new LockRejectedError(op, key, refusal);
         const reasons = [
           ...new Set(this.#connections.map((c) => c.lastError).filter((e) => e))
         ];
@@ -893,6 +993,9 @@ var Router = class {
         reply = await connection.request(op, key, line(connection));
       } catch (error) {
         if (!(error instanceof ConnectionLost)) throw error;
+        if (connection.refusal !== void 0) {
+          throw new LockRejectedError(op, key, connection.refusal);
+        }
         lastProblem = error.message;
         if (this.#active === connection.address.key) this.#active = void 0;
         if (++failures >= this.#connections.length && !this.#connections.some((c) => c.up)) {
@@ -927,7 +1030,9 @@ var Router = class {
       closed: this.#closed,
       roundTrip: (ms) => this.#latency = Math.max(ms, this.#latency * 0.9),
       staleAfterMs: this.#options.staleConnectionMs,
-      lost: () => this.#lost()
+      lost: () => this.#lost(),
+      // A bridge speaks for its pages: they do not say hello to it.
+      hello: address.url === void 0 ? this.#hello : void 0
     });
     this.#connections.push(connection);
     return connection;
@@ -961,6 +1066,13 @@ var Router = class {
     } catch {
       return void 0;
     }
+    if (address.scheme === "tcp" && this.#tls) {
+      address = {
+        ...address,
+        scheme: "tls",
+        caCerts: this.#options.caCerts
+      };
+    }
     const known = this.#connections.find((c) => c.address.key === address.key);
     if (known !== void 0) return known;
     const added = this.#add(address);
@@ -975,7 +1087,7 @@ function unexpected(reply) {
   if (reply.status === "E") return new LockRejectedError(reply.op, reply.key, reply.text ?? "");
   return new LockError(`Unexpected reply to ${reply.op} "${reply.key}": ${reply.status}`);
 }
-async function acquire(ctx, key, { leaseMs, waitMs, signal }, granted) {
+async function acquire(ctx, key, { leaseMs, waitMs, session, signal }, granted) {
   if (signal?.aborted) throw new LockAbortedError(key, signal.reason);
   const { router } = ctx;
   const started = performance.now();
@@ -1015,7 +1127,7 @@ async function acquire(ctx, key, { leaseMs, waitMs, signal }, granted) {
       const received = connection.received;
       cancelDeadline = after(left + REPLY_MARGIN_MS + 2 * router.replyLatency, () => ctx.track(deadline(connection, received, send)));
     }
-    return acquireLine(key, leaseMs, left);
+    return acquireLine(key, leaseMs, left, session);
   };
   signal?.addEventListener("abort", onAbort, {
     once: true
@@ -1086,6 +1198,7 @@ var LockClient = class {
   #options;
   #owner;
   #requests;
+  #session;
   /**
    * Creates a client and starts connecting in the background.
    *
@@ -1103,6 +1216,7 @@ var LockClient = class {
     if (list.length === 0) throw new TypeError("LockClient needs at least one server address");
     const addresses = /* @__PURE__ */ new Map();
     const id = crypto.randomUUID();
+    const session = id.replaceAll("-", "");
     for (const text of list) {
       const address = parseAddress(text);
       if (address.url !== void 0) {
@@ -1113,9 +1227,22 @@ var LockClient = class {
       addresses.set(address.key, address);
     }
     this.#options = resolveOptions(options, addresses.size);
+    const resolved = this.#options;
+    for (const address of addresses.values()) {
+      if (address.scheme === "tls") address.caCerts = resolved.caCerts;
+      if (address.url !== void 0) address.bearer = resolved.bearer;
+    }
+    this.#session = session;
     this.#router = new Router([
       ...addresses.values()
-    ], this.#options, this.#closing.signal, () => this.#connectionLost());
+    ], this.#options, this.#closing.signal, () => this.#connectionLost(), {
+      session,
+      line: helloLine({
+        session,
+        name: resolved.name ?? `client-${session.slice(0, 8)}`,
+        credential: resolved.auth
+      })
+    });
     this.#requests = {
       router: this.#router,
       options: this.#options,
@@ -1176,9 +1303,11 @@ var LockClient = class {
       const leaseMs = toMs(options.lease ?? 30, "lease");
       const waitMs = toMs(options.wait ?? 0, "wait");
       const autoExtend = options.autoExtend ?? this.#options.autoExtend;
+      const session = options.session ?? this.#options.sessionLocks;
       return acquire(this.#requests, key, {
         leaseMs,
         waitMs,
+        session,
         signal: options.signal
       }, (token, grantedAt) => {
         const lock = new LockHandle(key, token, this.#owner, {

@@ -8,6 +8,7 @@
 
 import type { Refusal } from "../../client/codec.ts";
 import type { Holder } from "../engine/lock_table.ts";
+import type { Owner, Owners } from "../owners.ts";
 import type { HandoffBegin } from "./peer_codec.ts";
 import type { ReplicatedTable, TokenMark } from "./ports.ts";
 
@@ -19,6 +20,8 @@ export interface Carried {
   token: bigint;
   /** Lease left, in ms. */
   remainingMs: number;
+  /** Its owner's id on the sender (0: unknown). */
+  owner: number;
 }
 
 /**
@@ -39,6 +42,8 @@ export interface MergeContext {
   now: number;
   /** Its own activation when it is active itself (two actives merging), else `undefined`. */
   ownActivation: string | undefined;
+  /** Its owners: the carried owners are interned here (ids differ between nodes). */
+  owners: Owners;
 }
 
 /**
@@ -56,6 +61,7 @@ export function mergeHandoff(
   ctx: MergeContext,
   header: HandoffBegin,
   carried: readonly Carried[] | undefined,
+  carriedOwners: readonly Owner[] = [],
 ): void {
   const { table, tokens, now } = ctx;
   // Above every token the old active issued: it froze before sending its last token.
@@ -69,7 +75,12 @@ export function mergeHandoff(
       h.token <= header.predecessorToken && (theirs.get(h.key) ?? 0n) !== h.token
     );
   }
-  for (const c of carried) table.restore(c.key, c.token, now + c.remainingMs, false);
+  // The sender's owner ids mean nothing here: the same owners by identity, with local ids.
+  const ids = new Map<number, number>();
+  for (const o of carriedOwners) ids.set(o.id, ctx.owners.intern(o.name, o.session, o.bound).id);
+  for (const c of carried) {
+    table.restore(c.key, c.token, now + c.remainingMs, false, ids.get(c.owner) ?? 0);
+  }
   for (const h of stale) table.release(h.key, h.token);
 }
 

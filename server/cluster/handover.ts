@@ -11,6 +11,7 @@
  */
 
 import type { Logger } from "../log.ts";
+import type { Owner } from "../owners.ts";
 import type { Role } from "./election.ts";
 import { type Carried, mergeHandoff } from "./handoff.ts";
 import type { HandoffBegin } from "./peer_codec.ts";
@@ -134,9 +135,20 @@ export class Handover {
     });
     if (full) {
       const now = this.#ctx.clock();
-      for (const held of table.holders()) {
+      const holders = [...table.holders()];
+      const owners = new Set(holders.map((h) => h.owner));
+      for (const owner of this.#ctx.owners.all()) {
+        if (owners.has(owner.id)) network.send(to, { type: "O", ...owner });
+      }
+      for (const held of holders) {
         const ms = remainingMs(held.deadline, now);
-        network.send(to, { type: "H", key: held.key, token: held.token, remainingMs: ms });
+        network.send(to, {
+          type: "H",
+          key: held.key,
+          token: held.token,
+          remainingMs: ms,
+          owner: held.owner,
+        });
       }
     }
     network.send(to, { type: "HANDOFFEND" });
@@ -164,7 +176,12 @@ export class Handover {
    * answers `TAKEN`. An active merges another active's state and is done; any other node
    * waits for `COMMIT` before it becomes active.
    */
-  receive(from: string, header: HandoffBegin, carried: Carried[] | undefined): void {
+  receive(
+    from: string,
+    header: HandoffBegin,
+    carried: Carried[] | undefined,
+    owners: Owner[],
+  ): void {
     const host = this.#host;
     const active = host.role === "active";
     mergeHandoff(
@@ -173,9 +190,11 @@ export class Handover {
         tokens: this.#ctx.tokens,
         now: this.#ctx.clock(),
         ownActivation: active ? host.activation : undefined,
+        owners: this.#ctx.owners,
       },
       header,
       carried,
+      owners,
     );
     if (active) {
       // Two actives merged (demotion): this one already serves.

@@ -27,6 +27,10 @@ export interface TcpPeerNetworkOptions {
   batch: Batch;
   /** Where drops are reported. */
   log: Logger;
+  /** The cluster secret both ends of a link prove they know. */
+  secret?: string;
+  /** Dial peers with TLS, verifying them with these CA certificates (PEM). */
+  tls?: { caCerts?: string[] };
 }
 
 /** Callbacks of the links' state. */
@@ -52,6 +56,8 @@ export class TcpPeerNetwork implements PeerNetwork {
           connectTimeoutMs: options.connectTimeoutMs,
           batch: options.batch,
           log: options.log,
+          secret: options.secret,
+          tls: options.tls,
           onUp: (a) => events.up(a),
           onDown: (a) => events.down(a),
         }),

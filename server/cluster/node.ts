@@ -14,6 +14,7 @@ import type { Gate } from "../session.ts";
 import { decide, promotionFloor, type Role, type SelfView, successor } from "./election.ts";
 import { type Carried, handoffLimitMs, redirectTo } from "./handoff.ts";
 import { Handover } from "./handover.ts";
+import type { Owner } from "../owners.ts";
 import type { HandoffBegin, Heartbeat } from "./peer_codec.ts";
 import { FreezeDetector, freezeVerdict } from "./freeze.ts";
 import type { PeerReceiver } from "./peer_inbound.ts";
@@ -74,7 +75,13 @@ export class ClusterNode implements PeerReceiver {
     this.#lastActiveSeen = now;
     this.#freeze = new FreezeDetector(now, options.failoverTimeoutMs / 2);
     this.#peers = new PeerViews(options.peers, options.self, options.failoverTimeoutMs);
-    const ctx = { ...io, table: port.table, tokens: port.tokens, clock: () => port.clock() };
+    const ctx = {
+      ...io,
+      table: port.table,
+      tokens: port.tokens,
+      owners: port.owners,
+      clock: () => port.clock(),
+    };
     this.replica = new Replica(ctx, {
       synced: (activation) => {
         this.#activation = activation;
@@ -285,9 +292,14 @@ export class ClusterNode implements PeerReceiver {
   }
 
   /** `HANDOFF` ... `HANDOFFEND` from `address`: see {@linkcode Handover.receive}. */
-  takeOver(address: string, header: HandoffBegin, carried: Carried[] | undefined): void {
+  takeOver(
+    address: string,
+    header: HandoffBegin,
+    carried: Carried[] | undefined,
+    owners: Owner[],
+  ): void {
     if (this.#role === "handing-off" || this.#role === "leaving" || this.#stopped) return;
-    if (this.#peers.has(address)) this.#handover.receive(address, header, carried);
+    if (this.#peers.has(address)) this.#handover.receive(address, header, carried, owners);
   }
 
   /** `COMMIT` or `ABORT` of the takeover this node agreed to with `TAKEN`. */

@@ -7,18 +7,41 @@
  * @module
  */
 
-import { keyError, MAX_TOKEN } from "../../client/codec.ts";
+import { clientNameError, keyError, MAX_TOKEN } from "../../client/codec.ts";
 import type { Role } from "./election.ts";
 
 /** Version of the peer protocol sent in the handshake. */
 export const PEER_PROTOCOL_VERSION = 1;
 
-/** `PEER 1 <address>`: the first line of a connection a node dials to a peer. */
+/**
+ * `PEER 1 <address> [<nonce>]`: the first line of a connection a node dials to a peer; the
+ * nonce when the cluster authenticates peers (see `peer_auth.ts`).
+ */
 export interface PeerHello {
   /** Message type. */
   type: "PEER";
   /** The sender's `--peers` address. */
   address: string;
+  /** The dialer's nonce (32 hex digits), when peers authenticate. */
+  nonce?: string;
+}
+
+/** `PEERAUTH <nonce> <proof>`: the acceptor's nonce and its proof of the cluster secret. */
+export interface PeerAuth {
+  /** Message type. */
+  type: "PEERAUTH";
+  /** The acceptor's nonce (32 hex digits). */
+  nonce: string;
+  /** Its proof (64 hex digits). */
+  proof: string;
+}
+
+/** `PEERPROOF <proof>`: the dialer's proof of the cluster secret. */
+export interface PeerProof {
+  /** Message type. */
+  type: "PEERPROOF";
+  /** The proof (64 hex digits). */
+  proof: string;
 }
 
 /** `HB ...`: a heartbeat, sent by every node to every peer at each interval. */
@@ -63,6 +86,30 @@ export interface HeldMessage {
   token: bigint;
   /** Lease left, in whole milliseconds (at least 1). */
   remainingMs: number;
+  /** Who holds it: an owner id announced by `O` (0 or absent: unknown). */
+  owner?: number;
+}
+
+/** `O <id> <bound 0/1> <session or -> <name>`: the owner with id `id` (see `server/owners.ts`). */
+export interface OwnerMessage {
+  /** Message type. */
+  type: "O";
+  /** The owner's id (1 and up). */
+  id: number;
+  /** Whether its grants are bound to its session. */
+  bound: boolean;
+  /** Its session id (32 hex digits), if any. */
+  session: string | undefined;
+  /** The client's name. */
+  name: string;
+}
+
+/** `OGONE <id>`: the active forgot the owner `id` (it holds nothing; its id is never reused). */
+export interface OwnerGone {
+  /** Message type. */
+  type: "OGONE";
+  /** The owner's id. */
+  id: number;
 }
 
 /** `F <key> <token>`: `key` is free (released or expired with nobody waiting). */
@@ -144,10 +191,14 @@ export interface Taken {
 /** Every peer message. */
 export type PeerMessage =
   | PeerHello
+  | PeerAuth
+  | PeerProof
   | Heartbeat
   | { type: "SYNC" }
   | SnapshotBegin
   | HeldMessage
+  | OwnerMessage
+  | OwnerGone
   | FreedMessage
   | MarkMessage
   | { type: "SNAPEND" }
@@ -172,10 +223,14 @@ const ACTIVATION = /^[0-9A-Za-z_-]{1,64}$/;
 const ADDRESS = /^\S{1,300}$/;
 const FIELDS: Record<string, number> = {
   PEER: 3,
+  PEERAUTH: 3,
+  PEERPROOF: 2,
   HB: 8,
   SYNC: 1,
   SNAP: 4,
   H: 4,
+  O: 5,
+  OGONE: 2,
   F: 3,
   W: 2,
   SNAPEND: 1,
@@ -188,9 +243,11 @@ const FIELDS: Record<string, number> = {
   ABORT: 2,
 };
 
-/** `H <key> <token> <remaining ms>`: the replication hot path's builder. */
-export function heldLine(key: string, token: bigint, remainingMs: number): string {
-  return `H ${key} ${token} ${remainingMs}`;
+/** `H <key> <token> <remaining ms> [<owner>]`: the replication hot path's builder. */
+export function heldLine(key: string, token: bigint, remainingMs: number, owner = 0): string {
+  return owner > 0
+    ? `H ${key} ${token} ${remainingMs} ${owner}`
+    : `H ${key} ${token} ${remainingMs}`;
 }
 
 /** `F <key> <token>`: the replication hot path's builder. */
@@ -202,7 +259,13 @@ export function freedLine(key: string, token: bigint): string {
 export function encodePeer(message: PeerMessage): string {
   switch (message.type) {
     case "PEER":
-      return `PEER ${PEER_PROTOCOL_VERSION} ${message.address}`;
+      return message.nonce === undefined
+        ? `PEER ${PEER_PROTOCOL_VERSION} ${message.address}`
+        : `PEER ${PEER_PROTOCOL_VERSION} ${message.address} ${message.nonce}`;
+    case "PEERAUTH":
+      return `PEERAUTH ${message.nonce} ${message.proof}`;
+    case "PEERPROOF":
+      return `PEERPROOF ${message.proof}`;
     case "HB":
       return `HB ${message.role} ${message.active ?? "-"} ${
         message.synced ? 1 : 0
@@ -210,7 +273,11 @@ export function encodePeer(message: PeerMessage): string {
     case "SNAP":
       return `SNAP ${message.activation} ${message.lastToken} ${message.floor}`;
     case "H":
-      return heldLine(message.key, message.token, message.remainingMs);
+      return heldLine(message.key, message.token, message.remainingMs, message.owner);
+    case "O":
+      return `O ${message.id} ${message.bound ? 1 : 0} ${message.session ?? "-"} ${message.name}`;
+    case "OGONE":
+      return `OGONE ${message.id}`;
     case "F":
       return freedLine(message.key, message.token);
     case "W":
@@ -272,6 +339,20 @@ function key(text: string): string {
   return text;
 }
 
+function hex(text: string, digits: number, what: string): string {
+  if (text.length !== digits || !/^[0-9a-f]+$/.test(text)) {
+    throw new Malformed(`${what} must be ${digits} lowercase hex digits`);
+  }
+  return text;
+}
+
+function ownerId(text: string): number {
+  if (!/^[1-9][0-9]{0,9}$/.test(text) || Number(text) > 2 ** 31 - 1) {
+    throw new Malformed("owner id must be a positive 31-bit integer");
+  }
+  return Number(text);
+}
+
 function batch(text: string): number {
   const value = Number(text);
   if (!/^[1-9][0-9]{0,15}$/.test(text) || !Number.isSafeInteger(value)) {
@@ -301,16 +382,25 @@ export function decodePeer(line: string): PeerMessage | PeerDecodeError {
   if (count === undefined) {
     return { type: "error", message: `unknown peer message ${JSON.stringify(type.slice(0, 20))}` };
   }
-  if (f.length !== count) {
+  // H may carry a fifth field (the owner), PEER a fourth (the nonce).
+  const extra = (type === "H" && f.length === 5) || (type === "PEER" && f.length === 4);
+  if (f.length !== count && !extra) {
     return { type: "error", message: `${type} takes ${count - 1} fields, got ${f.length - 1}` };
   }
   try {
     switch (type) {
-      case "PEER":
+      case "PEER": {
         if (f[1] !== String(PEER_PROTOCOL_VERSION)) {
           throw new Malformed(`unsupported peer protocol ${JSON.stringify(f[1])}`);
         }
-        return { type, address: address(f[2]) };
+        const hello: PeerHello = { type, address: address(f[2]) };
+        if (f.length === 4) hello.nonce = hex(f[3], 32, "nonce");
+        return hello;
+      }
+      case "PEERAUTH":
+        return { type, nonce: hex(f[1], 32, "nonce"), proof: hex(f[2], 64, "proof") };
+      case "PEERPROOF":
+        return { type, proof: hex(f[1], 64, "proof") };
       case "HB": {
         const role = f[1] as Role;
         if (!ROLES.includes(role)) throw new Malformed("unknown role");
@@ -332,13 +422,31 @@ export function decodePeer(line: string): PeerMessage | PeerDecodeError {
           lastToken: decimal(f[2], "last token"),
           floor: decimal(f[3], "floor"),
         };
-      case "H":
-        return {
+      case "H": {
+        const held: HeldMessage = {
           type,
           key: key(f[1]),
           token: token(f[2], "token"),
           remainingMs: milliseconds(f[3]),
         };
+        if (f.length === 5) held.owner = ownerId(f[4]);
+        return held;
+      }
+      case "OGONE":
+        return { type, id: ownerId(f[1]) };
+      case "O": {
+        if (f[2] !== "0" && f[2] !== "1") throw new Malformed("bound must be 0 or 1");
+        if (f[3] !== "-" && !/^[0-9a-f]{32}$/.test(f[3])) throw new Malformed("bad session id");
+        const problem = clientNameError(f[4]);
+        if (problem !== undefined) throw new Malformed(problem);
+        return {
+          type,
+          id: ownerId(f[1]),
+          bound: f[2] === "1",
+          session: f[3] === "-" ? undefined : f[3],
+          name: f[4],
+        };
+      }
       case "F":
         return { type, key: key(f[1]), token: token(f[2], "token") };
       case "W":

@@ -9,6 +9,7 @@
  */
 
 import type { Logger } from "../log.ts";
+import type { Owner } from "../owners.ts";
 import type { LineHandler } from "../line_socket.ts";
 import type { Carried } from "./handoff.ts";
 import type { Replica } from "./replica.ts";
@@ -28,8 +29,13 @@ export interface PeerReceiver {
   follows(peer: string): boolean;
   /** Where the followed active's snapshot and stream go. */
   readonly replica: Replica;
-  /** `HANDOFFEND` after `HANDOFF`: take over from `peer`. */
-  takeOver(peer: string, header: HandoffBegin, carried: Carried[] | undefined): void;
+  /** `HANDOFFEND` after `HANDOFF`: take over from `peer` (`owners`: of the carried holders). */
+  takeOver(
+    peer: string,
+    header: HandoffBegin,
+    carried: Carried[] | undefined,
+    owners: Owner[],
+  ): void;
   /** `TAKEN <activation>`: the successor agreed to take over. */
   handedOver(peer: string, activation: string): void;
   /** `COMMIT` (`committed` true) or `ABORT` of the takeover this node answered with `TAKEN`. */
@@ -59,8 +65,8 @@ export class PeerInbound implements LineHandler {
   #receiver: PeerReceiver;
   #peer: string;
   #options: PeerInboundOptions;
-  /** Inside `HANDOFF` ... `HANDOFFEND`: the header and the holders carried (full mode). */
-  #handoff: { header: HandoffBegin; carried: Carried[] | undefined } | undefined;
+  /** Inside `HANDOFF` ... `HANDOFFEND`: the header, the holders and owners carried (full mode). */
+  #handoff: { header: HandoffBegin; carried: Carried[] | undefined; owners: Owner[] } | undefined;
   /** Inside `SNAP` ... `SNAPEND` from the followed active: its activation. */
   #snapshot: string | undefined;
   #closed = false;
@@ -115,11 +121,21 @@ export class PeerInbound implements LineHandler {
         return;
       case "H":
         if (this.#handoff?.carried !== undefined) {
-          const { key, token, remainingMs } = message;
-          this.#handoff.carried.push({ key, token, remainingMs });
+          const { key, token, remainingMs, owner } = message;
+          this.#handoff.carried.push({ key, token, remainingMs, owner: owner ?? 0 });
         } else if (node.follows(this.#peer)) {
-          node.replica.held(message.key, message.token, message.remainingMs);
+          node.replica.held(message.key, message.token, message.remainingMs, message.owner);
         }
+        return;
+      case "O": {
+        const { id, name, session, bound } = message;
+        if (this.#handoff?.carried !== undefined) {
+          this.#handoff.owners.push({ id, name, session, bound });
+        } else if (node.follows(this.#peer)) node.replica.owner({ id, name, session, bound });
+        return;
+      }
+      case "OGONE":
+        if (node.follows(this.#peer)) node.replica.ownerGone(message.id);
         return;
       case "F":
         if (node.follows(this.#peer)) node.replica.freed(message.key, message.token);
@@ -128,11 +144,16 @@ export class PeerInbound implements LineHandler {
         if (node.follows(this.#peer)) node.replica.mark(message.mark);
         return;
       case "HANDOFF":
-        this.#handoff = { header: message, carried: message.mode === "full" ? [] : undefined };
+        this.#handoff = {
+          header: message,
+          carried: message.mode === "full" ? [] : undefined,
+          owners: [],
+        };
         return;
       case "HANDOFFEND":
         if (this.#handoff !== undefined) {
-          node.takeOver(this.#peer, this.#handoff.header, this.#handoff.carried);
+          const { header, carried, owners } = this.#handoff;
+          node.takeOver(this.#peer, header, carried, owners);
         }
         this.#handoff = undefined;
         return;

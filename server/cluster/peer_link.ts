@@ -11,7 +11,8 @@ import type { Batch } from "../batch.ts";
 import type { HostPort } from "../cli.ts";
 import { LineSocket } from "../line_socket.ts";
 import type { Logger } from "../log.ts";
-import { encodePeer } from "./peer_codec.ts";
+import { acceptorProof, dialerProof, newNonce, sameProof } from "./peer_auth.ts";
+import { decodePeer, encodePeer } from "./peer_codec.ts";
 
 /** Options of {@linkcode PeerLink}. */
 export interface PeerLinkOptions {
@@ -25,7 +26,11 @@ export interface PeerLinkOptions {
   batch: Batch;
   /** Where drops are reported. */
   log: Logger;
-  /** The link came up (after the handshake was queued). */
+  /** The cluster secret: the peer and this node prove they know it (`peer_auth.ts`). */
+  secret?: string;
+  /** Dial with TLS, verifying the peer's certificate with these CA certificates (PEM). */
+  tls?: { caCerts?: string[] };
+  /** The link came up (after the handshake). */
   onUp(address: string): void;
   /** The link went down. */
   onDown(address: string): void;
@@ -41,6 +46,8 @@ export class PeerLink {
   #target: HostPort;
   #options: PeerLinkOptions;
   #socket: LineSocket | undefined;
+  /** A socket still proving the acceptor, not up yet. */
+  #pending: LineSocket | undefined;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #dialing = false;
   #stopped = false;
@@ -71,6 +78,7 @@ export class PeerLink {
   async stop(): Promise<void> {
     this.#stopped = true;
     clearTimeout(this.#timer);
+    this.#pending?.close();
     const socket = this.#socket;
     if (socket === undefined) return;
     socket.closeAfterFlush();
@@ -83,40 +91,91 @@ export class PeerLink {
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), this.#options.connectTimeoutMs);
     try {
-      const conn = await Deno.connect({
-        hostname: this.#target.hostname,
-        port: this.#target.port,
-        signal: abort.signal,
-      });
+      const { hostname, port } = this.#target;
+      const tls = this.#options.tls;
+      let conn: Deno.Conn;
+      if (tls === undefined) conn = await Deno.connect({ hostname, port, signal: abort.signal });
+      else {
+        // connectTls takes no signal: a dial that outlives the timeout is closed when done.
+        const dialing = Deno.connectTls({ hostname, port, caCerts: tls.caCerts });
+        dialing.then((late) => abort.signal.aborted && late.close(), () => {});
+        conn = await Promise.race([
+          dialing,
+          new Promise<never>((_, reject) => {
+            abort.signal.addEventListener("abort", () => reject(new Error("timed out")));
+          }),
+        ]);
+      }
       if (this.#stopped) {
         conn.close();
         return;
       }
-      conn.setNoDelay(true);
-      const socket = new LineSocket(conn, this.address, {
-        line: () => {}, // Peers never write on the link we dialled.
-        closed: () => {
-          if (this.#socket !== socket) return;
-          this.#socket = undefined;
-          this.#options.onDown(this.address);
-          this.#retry();
-        },
-      }, {
-        batch: this.#options.batch,
-        log: this.#options.log,
-        urgent: true,
-        dropAt: PEER_OUTPUT_LIMIT,
-        pauseAt: PEER_OUTPUT_LIMIT,
-      });
-      this.#socket = socket;
-      socket.send(encodePeer({ type: "PEER", address: this.#options.self }));
-      this.#options.onUp(this.address);
+      if (tls === undefined) (conn as Deno.TcpConn).setNoDelay(true);
+      this.#open(conn);
     } catch {
       this.#retry();
     } finally {
       clearTimeout(timer);
       this.#dialing = false;
     }
+  }
+
+  /** Wraps a connected socket; with a secret, the link is up once the acceptor proved it. */
+  #open(conn: Deno.Conn): void {
+    const secret = this.#options.secret;
+    const nonce = secret === undefined ? undefined : newNonce();
+    const self = this.#options.self;
+    let proven = secret === undefined;
+    const socket = new LineSocket(conn, this.address, {
+      line: (text) => {
+        // Peers write on the link we dialled only to prove who they are.
+        if (proven || secret === undefined || nonce === undefined) return;
+        const message = decodePeer(text);
+        const ok = message.type === "PEERAUTH" &&
+          sameProof(acceptorProof(secret, nonce, message.nonce, self), message.proof);
+        if (!ok) {
+          this.#options.log.warn(`peer ${this.address} did not prove the cluster secret`);
+          socket.close();
+          return;
+        }
+        proven = true;
+        socket.send(
+          encodePeer({ type: "PEERPROOF", proof: dialerProof(secret, nonce, message.nonce, self) }),
+        );
+        this.#socket = socket;
+        this.#options.onUp(this.address);
+      },
+      closed: () => {
+        if (this.#socket !== socket) {
+          if (!this.#stopped && !proven) this.#retry();
+          return;
+        }
+        this.#socket = undefined;
+        this.#options.onDown(this.address);
+        this.#retry();
+      },
+    }, {
+      batch: this.#options.batch,
+      log: this.#options.log,
+      urgent: true,
+      dropAt: PEER_OUTPUT_LIMIT,
+      pauseAt: PEER_OUTPUT_LIMIT,
+    });
+    socket.send(encodePeer({ type: "PEER", address: self, nonce }));
+    if (proven) {
+      this.#socket = socket;
+      this.#options.onUp(this.address);
+      return;
+    }
+    // The acceptor's proof must come within the connect timeout.
+    this.#pending = socket;
+    const timer = setTimeout(() => {
+      if (!proven) socket.close();
+    }, this.#options.connectTimeoutMs);
+    socket.done.finally(() => {
+      clearTimeout(timer);
+      if (this.#pending === socket) this.#pending = undefined;
+    });
   }
 
   #retry(): void {

@@ -9,6 +9,7 @@
 import type { Refusal } from "../../client/codec.ts";
 import type { Holder } from "../engine/lock_table.ts";
 import type { Logger } from "../log.ts";
+import type { Owners } from "../owners.ts";
 import type { Role } from "./election.ts";
 import type { PeerMessage } from "./peer_codec.ts";
 import type { ReplicationMode } from "./replication.ts";
@@ -20,10 +21,10 @@ export interface ReplicatedTable {
   /** Every current grant (without settling what is due when `settle` is false). */
   holders(settle?: boolean): Iterable<Holder>;
   /**
-   * Installs a grant from elsewhere unless the key has a higher token (without settling
-   * what is due first when `settle` is false).
+   * Installs a grant from elsewhere, held by `owner`, unless the key has a higher token
+   * (without settling what is due first when `settle` is false).
    */
-  restore(key: string, token: bigint, deadline: number, settle?: boolean): boolean;
+  restore(key: string, token: bigint, deadline: number, settle?: boolean, owner?: number): boolean;
   /** Drops the grant of `key` if it carries `token` (a replicated release). */
   forget(key: string, token: bigint): boolean;
   /** Releases a grant, passing it to the next waiter. */
@@ -50,6 +51,8 @@ export interface ServerPort {
   table: ReplicatedTable;
   /** The token high-water mark. */
   tokens: TokenMark;
+  /** Who holds what (replicated with the grants). */
+  owners: Owners;
   /** Monotonic clock, ms. */
   clock(): number;
   /** Answers every queued acquire with `refusal` (e.g. `M host:port`), removing it. */
@@ -106,6 +109,8 @@ export interface ClusterContext {
   table: ReplicatedTable;
   /** The token mark. */
   tokens: TokenMark;
+  /** Who holds what. */
+  owners: Owners;
   /** Monotonic clock, ms. */
   clock(): number;
   /** The links to the peers. */

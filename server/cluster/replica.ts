@@ -6,6 +6,7 @@
  * @module
  */
 
+import type { Owner } from "../owners.ts";
 import type { ClusterContext } from "./ports.ts";
 
 /** Options of {@linkcode Replica}. */
@@ -49,14 +50,25 @@ export class Replica {
     this.floor = floor;
     this.seen = { activation, token: lastToken };
     this.#ctx.table.clear();
+    this.#ctx.owners.clear();
     this.#ctx.tokens.raiseTo(lastToken);
   }
 
-  /** `H`: `key` is held by `token` for `remainingMs`. */
-  held(key: string, token: bigint, remainingMs: number): void {
+  /** `H`: `key` is held by `token` for `remainingMs`, for `owner`. */
+  held(key: string, token: bigint, remainingMs: number, owner = 0): void {
     this.#ctx.tokens.raiseTo(token);
     if (token > this.seen.token) this.seen.token = token;
-    this.#ctx.table.restore(key, token, this.#ctx.clock() + remainingMs);
+    this.#ctx.table.restore(key, token, this.#ctx.clock() + remainingMs, true, owner);
+  }
+
+  /** `O`: an owner of the active's grants. */
+  owner(owner: Owner): void {
+    this.#ctx.owners.install(owner);
+  }
+
+  /** `OGONE`: the active forgot an owner. */
+  ownerGone(id: number): void {
+    this.#ctx.owners.forget(id);
   }
 
   /** `F`: `key` is free. */

@@ -16,6 +16,7 @@
 import type { Flushable } from "../batch.ts";
 import type { ReplyGate } from "../line_socket.ts";
 import type { Logger } from "../log.ts";
+import type { Owner } from "../owners.ts";
 import type { ClusterContext } from "./ports.ts";
 
 /** How the active answers changes: at once (`async`) or once a standby has them (`sync`). */
@@ -89,12 +90,14 @@ export class ReplicationStream implements ReplyGate {
     const { table, tokens, network } = this.#ctx;
     const now = this.#ctx.clock();
     network.send(address, { type: "SNAP", activation, lastToken: tokens.last, floor });
+    for (const owner of this.#ctx.owners.all()) network.send(address, { type: "O", ...owner });
     for (const held of table.holders()) {
       network.send(address, {
         type: "H",
         key: held.key,
         token: held.token,
         remainingMs: remainingMs(held.deadline, now),
+        owner: held.owner,
       });
     }
     network.send(address, { type: "W", mark: tokens.reserved });
@@ -104,11 +107,31 @@ export class ReplicationStream implements ReplyGate {
     this.#dirty = true;
   }
 
-  /** `key` is held by `token` until `deadline` (a grant, a handover to a waiter, an extend). */
-  held(key: string, token: bigint, deadline: number): void {
+  /**
+   * `key` is held by `token` until `deadline` (a grant, a handover to a waiter, an extend),
+   * for `owner`.
+   */
+  held(key: string, token: bigint, deadline: number, owner: number): void {
     if (this.#followers.size === 0 || !this.#options.streaming()) return;
     const ms = remainingMs(deadline, this.#ctx.clock());
-    this.#ctx.network.broadcast(this.#followers.keys(), { type: "H", key, token, remainingMs: ms });
+    this.#ctx.network.broadcast(
+      this.#followers.keys(),
+      { type: "H", key, token, remainingMs: ms, owner },
+    );
+    this.#dirty = true;
+  }
+
+  /** A new owner (before any grant of it is streamed). */
+  owner(owner: Owner): void {
+    if (this.#followers.size === 0 || !this.#options.streaming()) return;
+    this.#ctx.network.broadcast(this.#followers.keys(), { type: "O", ...owner });
+    this.#dirty = true;
+  }
+
+  /** The owner `id` is forgotten. */
+  ownerGone(id: number): void {
+    if (this.#followers.size === 0 || !this.#options.streaming()) return;
+    this.#ctx.network.broadcast(this.#followers.keys(), { type: "OGONE", id });
     this.#dirty = true;
   }
 

@@ -1,6 +1,6 @@
 /**
  * Storage for held locks as a struct of arrays: a lock is a slot number, and its key (see
- * {@linkcode KeyIndex}) and token live in typed arrays, its lease deadline and heap position
+ * {@linkcode KeyIndex}), token and owner live in typed arrays, its lease deadline and heap position
  * in the {@linkcode IndexedHeap} that also hands out the slot numbers. A million held locks
  * are then not four million small objects: under half the memory, and nothing for the
  * garbage collector to walk (its pauses are what made mass expiry late).
@@ -19,6 +19,8 @@ export class LockSlots<Q> {
   /** Waiter queues of the slots that have waiters (most held locks have none). */
   #queues = new Map<number, Q>();
   #tokens = new BigUint64Array(this.#leases.capacity);
+  /** Who holds each lock: an owner id (see the server's owner registry), 0 for unknown. */
+  #owners = new Int32Array(this.#leases.capacity);
 
   /** Number of held locks. */
   get size(): number {
@@ -31,15 +33,19 @@ export class LockSlots<Q> {
   }
 
   /** Adds a held lock; its lease is scheduled at (`deadline`, `seq`). */
-  add(key: string, token: bigint, deadline: number, seq: number): number {
+  add(key: string, token: bigint, deadline: number, seq: number, owner = 0): number {
     const slot = this.#leases.allocate();
     if (slot >= this.#tokens.length) {
       const tokens = new BigUint64Array(this.#leases.capacity);
       tokens.set(this.#tokens);
       this.#tokens = tokens;
+      const owners = new Int32Array(this.#leases.capacity);
+      owners.set(this.#owners);
+      this.#owners = owners;
     }
     this.#index.insert(key, slot);
     this.#tokens[slot] = token;
+    this.#owners[slot] = owner;
     this.#leases.schedule(slot, deadline, seq);
     return slot;
   }
@@ -66,6 +72,16 @@ export class LockSlots<Q> {
   /** Sets the fencing token of `slot`. */
   setToken(slot: number, token: bigint): void {
     this.#tokens[slot] = token;
+  }
+
+  /** The owner of `slot`'s grant (0: unknown). */
+  owner(slot: number): number {
+    return this.#owners[slot];
+  }
+
+  /** Sets the owner of `slot`'s grant. */
+  setOwner(slot: number, owner: number): void {
+    this.#owners[slot] = owner;
   }
 
   /** The lease deadline of `slot`. */

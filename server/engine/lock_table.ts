@@ -25,8 +25,8 @@ export interface LockTableHooks<T> {
   granted(ticket: T, key: string, token: bigint): void;
   /** The wait limit of `ticket` ran out: it gets `T` and can never be granted. */
   timedOut(ticket: T, key: string): void;
-  /** `key` has a new holder or a new lease deadline (for replication). */
-  held?(key: string, token: bigint, deadline: number): void;
+  /** `key` has a new holder or a new lease deadline (for replication); `owner` holds it. */
+  held?(key: string, token: bigint, deadline: number, owner: number): void;
   /** `key` has no holder any more (released or expired with nobody waiting). */
   freed?(key: string, token: bigint): void;
 }
@@ -61,8 +61,9 @@ export class Waiter<T> {
    * @param slot The slot of the lock it waits for.
    * @param ticket The caller's context for this request.
    * @param leaseMs Lease to start when granted, in milliseconds.
+   * @param owner Who will hold it (an owner id, 0 for unknown).
    */
-  constructor(slot: number, readonly ticket: T, readonly leaseMs: number) {
+  constructor(slot: number, readonly ticket: T, readonly leaseMs: number, readonly owner = 0) {
     this.slot = slot;
   }
 }
@@ -75,6 +76,8 @@ export interface Holder {
   token: bigint;
   /** Lease deadline on the table's monotonic clock, in milliseconds. */
   deadline: number;
+  /** Who holds it: an owner id, 0 for unknown. */
+  owner: number;
 }
 
 /**
@@ -177,21 +180,22 @@ export class LockTable<T> {
    * @param leaseMs Lease in ms, > 0.
    * @param waitMs Longest queueing time in ms; 0 = no limit.
    * @param ticket The caller's context, handed back to the hooks.
+   * @param owner Who will hold it (an owner id, 0 for unknown).
    * @returns The fencing token when granted at once, else the {@linkcode Waiter} (cancel it
    * with {@linkcode cancel} if the caller goes away).
    */
-  acquire(key: string, leaseMs: number, waitMs: number, ticket: T): bigint | Waiter<T> {
+  acquire(key: string, leaseMs: number, waitMs: number, ticket: T, owner = 0): bigint | Waiter<T> {
     this.advance();
     const now = this.#clock();
     const slot = this.#locks.find(key);
     if (slot < 0) {
       const token = this.#nextToken();
       const deadline = now + leaseMs;
-      this.#locks.add(key, token, deadline, this.#nextSeq());
-      this.#hooks.held?.(key, token, deadline);
+      this.#locks.add(key, token, deadline, this.#nextSeq(), owner);
+      this.#hooks.held?.(key, token, deadline, owner);
       return token;
     }
-    const waiter = new Waiter<T>(slot, ticket, leaseMs);
+    const waiter = new Waiter<T>(slot, ticket, leaseMs, owner);
     const queue = this.#locks.queue(slot);
     if (queue === null) this.#locks.setQueue(slot, { head: waiter, tail: waiter });
     else {
@@ -235,7 +239,7 @@ export class LockTable<T> {
     if (slot < 0 || this.#locks.token(slot) !== token) return false;
     const deadline = this.#clock() + leaseMs;
     this.#locks.schedule(slot, deadline, this.#nextSeq());
-    this.#hooks.held?.(key, token, deadline);
+    this.#hooks.held?.(key, token, deadline, this.#locks.owner(slot));
     return true;
   }
 
@@ -257,19 +261,21 @@ export class LockTable<T> {
    * @param settle Settle what is due first, as every operation does (default). A merge
    * passes `false`: this table's own leases that ran out while its node was frozen must not
    * pass to waiters before the fresher state is in.
+   * @param owner Who holds it (an owner id, 0 for unknown).
    * @returns `true` if the grant was installed.
    */
-  restore(key: string, token: bigint, deadline: number, settle = true): boolean {
+  restore(key: string, token: bigint, deadline: number, settle = true, owner = 0): boolean {
     if (settle) this.advance();
     if (deadline <= this.#clock()) return false;
     const slot = this.#locks.find(key);
-    if (slot < 0) this.#locks.add(key, token, deadline, this.#nextSeq());
+    if (slot < 0) this.#locks.add(key, token, deadline, this.#nextSeq(), owner);
     else {
       if (this.#locks.token(slot) > token) return false;
       this.#locks.setToken(slot, token);
+      this.#locks.setOwner(slot, owner);
       this.#locks.schedule(slot, deadline, this.#nextSeq());
     }
-    this.#hooks.held?.(key, token, deadline);
+    this.#hooks.held?.(key, token, deadline, owner);
     return true;
   }
 
@@ -306,6 +312,20 @@ export class LockTable<T> {
     for (const slot of this.#locks.slots()) yield this.#describe(slot);
   }
 
+  /** The current grants held by `owner`. Walks all keys: never on a hot path. */
+  *holdersOf(owner: number): IterableIterator<Holder> {
+    for (const slot of this.#locks.slots()) {
+      if (this.#locks.owner(slot) === owner) yield this.#describe(slot);
+    }
+  }
+
+  /** Every owner id that holds a grant now. Walks all keys: never on a hot path. */
+  owners(): Set<number> {
+    const owners = new Set<number>();
+    for (const slot of this.#locks.slots()) owners.add(this.#locks.owner(slot));
+    return owners;
+  }
+
   /** Drops every grant and waiter without any hook (a standby resetting before a snapshot). */
   clear(): void {
     for (const slot of this.#locks.slots()) {
@@ -329,7 +349,12 @@ export class LockTable<T> {
 
   #describe(slot: number): Holder {
     const locks = this.#locks;
-    return { key: locks.key(slot), token: locks.token(slot), deadline: locks.deadline(slot) };
+    return {
+      key: locks.key(slot),
+      token: locks.token(slot),
+      deadline: locks.deadline(slot),
+      owner: locks.owner(slot),
+    };
   }
 
   /**
@@ -358,9 +383,10 @@ export class LockTable<T> {
     this.#unlink(next);
     this.#unlimit(next);
     locks.setToken(slot, token);
+    locks.setOwner(slot, next.owner);
     const deadline = now + next.leaseMs;
     locks.schedule(slot, deadline, this.#nextSeq());
-    this.#hooks.held?.(key, token, deadline);
+    this.#hooks.held?.(key, token, deadline, next.owner);
     this.#hooks.granted(next.ticket, key, token);
   }
 

@@ -1,0 +1,108 @@
+/**
+ * The answer to a hello (docs/protocol.md, "Sessions and authentication"): who the
+ * connection is, and, when the server requires credentials, whether it may go on. With
+ * auth on, anything but a valid hello as the first line gets `E authentication required`
+ * and the connection closes; a wrong credential gets one `E authentication failed`, after a
+ * delay that grows with the failures from that address, and the connection closes. The
+ * message never says which part was wrong, and nothing here logs a secret.
+ *
+ * @module
+ */
+
+import { AUTH_FAILED, errorReply, helloOkReply, parseHello } from "../client/codec.ts";
+import { type Credentials, hostOf, type Throttle } from "./auth.ts";
+import type { Logger } from "./log.ts";
+
+/** Who a connection is, after its hello. */
+export interface Identity {
+  /** The client's name. */
+  name: string;
+  /** Its session, if any. */
+  session: string | undefined;
+  /** Every key it uses must start with this (`""`: any). */
+  prefix: string;
+}
+
+/** What answering a hello needs. */
+export interface HelloContext {
+  /** The credentials in force, or `undefined` when the server requires none. */
+  credentials?(): Credentials | undefined;
+  /** Slows down failures per address. */
+  throttle?: Throttle;
+  /** Monotonic clock, ms. */
+  clock(): number;
+  /** Where refused credentials are reported (by name and address, never the secret). */
+  log?: Logger;
+}
+
+/** What to do with a hello. */
+export type HelloOutcome =
+  /** Accepted: the connection is `identity`; send `reply`. */
+  | { kind: "ok"; identity: Identity; reply: string }
+  /** Refused, the connection stays (auth off, or a hello that came too late): send `reply`. */
+  | { kind: "error"; reply: string }
+  /** Refused, the connection closes: send `reply` after `delayMs`, then close. */
+  | { kind: "close"; reply: string; delayMs: number };
+
+/** Whether `line` is a hello (its op is `HELLO`). */
+export function isHello(line: string): boolean {
+  return line.startsWith("HELLO") && (line.length === 5 || line.charCodeAt(5) === 32);
+}
+
+/**
+ * Answers the hello `line` of a connection from `remote` (`host:port`). `late`: other lines
+ * came first (a hello must be the first line), or it already said hello.
+ */
+export function answerHello(
+  ctx: HelloContext,
+  line: string,
+  remote: string,
+  late: boolean,
+): HelloOutcome {
+  const credentials = ctx.credentials?.();
+  const hello = parseHello(line);
+  const echo = "kind" in hello ? hello.key : hello.session ?? "-";
+  if (late) {
+    return { kind: "error", reply: errorReply("HELLO", echo, "hello must be the first line") };
+  }
+  if ("kind" in hello) {
+    const reply = errorReply(hello.op, hello.key, hello.message);
+    return credentials === undefined
+      ? { kind: "error", reply }
+      : { kind: "close", reply, delayMs: 0 };
+  }
+  let prefix = "";
+  if (credentials !== undefined) {
+    const given = hello.credential;
+    const lockedMs = ctx.throttle?.lockedFor(hostOf(remote), ctx.clock()) ?? 0;
+    if (lockedMs > 0) {
+      // Too many failures from this address: not checked, so parallel guesses gain nothing.
+      ctx.log?.warn(`refused a hello from ${remote}: too many failures, not checked`);
+      return {
+        kind: "close",
+        reply: errorReply("HELLO", echo, AUTH_FAILED),
+        delayMs: lockedMs,
+      };
+    }
+    const grant = given === undefined ? undefined : credentials.verify(given.name, given.secret);
+    const host = hostOf(remote);
+    if (grant === undefined) {
+      const delayMs = ctx.throttle?.failed(host, ctx.clock()) ?? 0;
+      // An unknown name is not quoted: it may be a secret sent in the name's place.
+      const why = given === undefined
+        ? "no credential"
+        : credentials.has(given.name)
+        ? `wrong credential for ${given.name}`
+        : "unknown credential name";
+      ctx.log?.warn(`refused a hello from ${remote}: ${why}`);
+      return { kind: "close", reply: errorReply("HELLO", echo, AUTH_FAILED), delayMs };
+    }
+    ctx.throttle?.succeeded(host);
+    prefix = grant.prefix;
+  }
+  return {
+    kind: "ok",
+    identity: { name: hello.name, session: hello.session, prefix },
+    reply: helloOkReply(hello.session),
+  };
+}

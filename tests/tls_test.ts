@@ -1,0 +1,218 @@
+/**
+ * TLS on a real lockd process (docs/security.md, "TLS" and "The bridge"): the client port
+ * speaks TLS with `--tls-cert`/`--tls-key`, `LockClient` takes `tls://` addresses with
+ * `caCerts`, the bridge serves `wss://` with the same certificate, and `--bridge-token-file`
+ * makes the bridge require a bearer token. Certificates are made by `openssl` (tests/_tls.ts).
+ */
+
+import assert from "node:assert/strict";
+import { LockClient, LockRejectedError, LockUnavailableError } from "../mod.ts";
+import { LineClient, type ServerProcess, startServer } from "./_helpers.ts";
+import { testPki, tlsArgs } from "./_tls.ts";
+
+async function withServer(
+  args: string[],
+  fn: (server: ServerProcess) => Promise<void>,
+): Promise<void> {
+  const server = await startServer({ args });
+  try {
+    await fn(server);
+  } finally {
+    await server.stop();
+    await Deno.remove(server.dataDir, { recursive: true });
+  }
+}
+
+function bridgeUrl(ready: string, scheme: "ws" | "wss"): string {
+  const match = new RegExp(`, bridge on ${scheme}://127\\.0\\.0\\.1:(\\d+)/$`).exec(ready);
+  assert.ok(match, `ready line without a ${scheme} bridge: ${ready}`);
+  return `${scheme}://127.0.0.1:${match[1]}/`;
+}
+
+Deno.test("with --tls-cert and --tls-key the client port speaks TLS: raw lines and a hello", async () => {
+  const pki = await testPki();
+  await withServer(tlsArgs(pki), async (server) => {
+    const c = await LineClient.connectTls(server.port, [pki.caPem]);
+    assert.equal(
+      await c.request("HELLO 1 0123456789abcdef0123456789abcdef tls-test"),
+      "HELLO 0123456789abcdef0123456789abcdef OK",
+    );
+    const grant = /^A tls:raw A (\d+)$/.exec((await c.request("A tls:raw 10 0"))!);
+    assert.ok(grant);
+    assert.equal(await c.request(`R tls:raw ${grant[1]}`), "R tls:raw R");
+    await c.close();
+    // A connection without a hello works as over plain TCP.
+    const bare = await LineClient.connectTls(server.port, [pki.caPem]);
+    assert.match((await bare.request("A tls:bare 10 0"))!, /^A tls:bare A \d+$/);
+    await bare.close();
+  });
+});
+
+Deno.test("a TLS port gives nothing to a plain-TCP client and keeps serving TLS ones", async () => {
+  const pki = await testPki();
+  await withServer(tlsArgs(pki), async (server) => {
+    const plain = await LineClient.connect(server.port);
+    await plain.send("A tls:plain 10 0");
+    const seen = await plain.closedByPeer(10_000).catch(() => ["(still open)"]);
+    await plain.close();
+    assert.ok(!seen.some((l) => l.startsWith("A tls:plain A")), "plain text was not served");
+    const c = await LineClient.connectTls(server.port, [pki.caPem]);
+    assert.match((await c.request("A tls:plain 10 0"))!, /^A tls:plain A \d+$/);
+    await c.close();
+  });
+});
+
+Deno.test("LockClient takes tls:// addresses with caCerts, and refuses a server its CA did not sign", async () => {
+  const pki = await testPki();
+  await withServer(tlsArgs(pki), async (server) => {
+    const client = new LockClient(`tls://127.0.0.1:${server.port}`, { caCerts: [pki.caPem] });
+    try {
+      const lock = await client.acquire("tls:client", { lease: 10 });
+      assert.equal(typeof lock.token, "bigint");
+      await lock.release();
+    } finally {
+      await client.close();
+    }
+    const stranger = new LockClient(`tls://127.0.0.1:${server.port}`, {
+      caCerts: [pki.otherCaPem],
+      connectTimeoutMs: 2000,
+      retryTimeoutMs: 1000,
+    });
+    try {
+      await assert.rejects(stranger.acquire("tls:stranger", { lease: 10 }), LockUnavailableError);
+    } finally {
+      await stranger.close();
+    }
+  });
+});
+
+Deno.test("TLS with --auth-file: LockClient over tls:// with its credential", async () => {
+  const pki = await testPki();
+  const file = `${pki.dir}/tls.auth`;
+  await Deno.writeTextFile(file, "ops tls-Secret-a1b2c3d4e5 ops:\n");
+  await withServer([...tlsArgs(pki), "--auth-file", file], async (server) => {
+    const address = `tls://127.0.0.1:${server.port}`;
+    const client = new LockClient(address, {
+      caCerts: [pki.caPem],
+      auth: { name: "ops", secret: "tls-Secret-a1b2c3d4e5" },
+    });
+    const wrong = new LockClient(address, {
+      caCerts: [pki.caPem],
+      auth: { name: "ops", secret: "not-the-secret" },
+    });
+    try {
+      const lock = await client.acquire("ops:deploy", { lease: 10, session: true });
+      await lock.release();
+      await assert.rejects(wrong.acquire("ops:deploy", { lease: 10 }), LockRejectedError);
+    } finally {
+      await Promise.all([client.close(), wrong.close()]);
+    }
+  });
+});
+
+Deno.test("--bridge-token-file: the bridge requires a bearer token, sent as a protocol or a header", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "lockd-bridge-" });
+  await Deno.writeTextFile(`${dir}/tokens`, "# bridge tokens\ntoken-one-1234567890\ntoken-two\n");
+  try {
+    await withServer(
+      ["--bridge", "127.0.0.1:0", "--bridge-token-file", `${dir}/tokens`],
+      async (server) => {
+        const url = bridgeUrl(server.ready, "ws");
+        const http = url.replace("ws://", "http://");
+        const tries: Record<string, string>[] = [
+          {},
+          { authorization: "Bearer wrong" },
+          { authorization: "x" },
+        ];
+        for (const headers of tries) {
+          const response = await fetch(http, {
+            headers: { upgrade: "websocket", connection: "upgrade", ...headers },
+          });
+          await response.body?.cancel();
+          assert.equal(response.status, 401, JSON.stringify(headers));
+        }
+        // The header form, for callers that can set headers (not browsers): a raw upgrade.
+        const raw = await LineClient.connect(Number(new URL(http).port));
+        await raw.write(
+          "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+            "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" +
+            "Authorization: Bearer token-one-1234567890\r\n\r\n",
+        );
+        assert.match((await raw.readLine())!, /^HTTP\/1\.1 101 /);
+        await raw.close();
+        const client = new LockClient(url, { bearer: "token-two" });
+        const lock = await client.acquire("bridge:bearer", { lease: 10 });
+        await lock.release();
+        await client.close();
+        const refused = new LockClient(url, {
+          bearer: "token-three",
+          connectTimeoutMs: 1000,
+          retryTimeoutMs: 500,
+        });
+        await assert.rejects(refused.acquire("bridge:bearer", { lease: 10 }), LockUnavailableError);
+        await refused.close();
+      },
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("--bridge with --auth-file: the bridge presents its own credential to the node", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "lockd-bridge-" });
+  await Deno.writeTextFile(`${dir}/clients.auth`, "app app-Secret-0123456789 app:\n");
+  await Deno.writeTextFile(`${dir}/tokens`, "bridge-token-abcdef\n");
+  try {
+    await withServer(
+      [
+        "--bridge",
+        "127.0.0.1:0",
+        "--auth-file",
+        `${dir}/clients.auth`,
+        "--bridge-token-file",
+        `${dir}/tokens`,
+      ],
+      async (server) => {
+        const client = new LockClient(bridgeUrl(server.ready, "ws"), {
+          bearer: "bridge-token-abcdef",
+        });
+        try {
+          const lock = await client.acquire("page:k", { lease: 10 });
+          await lock.release();
+        } finally {
+          await client.close();
+        }
+        // The bridge's credential is its own: the node's port still wants one from others.
+        const raw = await LineClient.connect(server.port);
+        assert.deepEqual(await raw.request("A page:k 10 0"), "A page:k E authentication required");
+        await raw.close();
+      },
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("with TLS the bridge serves wss:// with the same certificate", async () => {
+  const pki = await testPki();
+  await withServer([...tlsArgs(pki), "--bridge", "127.0.0.1:0"], async (server) => {
+    const url = bridgeUrl(server.ready, "wss");
+    // Deno's WebSocket trusts the CA given with --cert; a child process takes it.
+    const script = `
+      import { LockClient } from ${JSON.stringify(new URL("../mod.ts", import.meta.url).href)};
+      const client = new LockClient(${JSON.stringify(url)});
+      const lock = await client.acquire("wss:k", { lease: 10 });
+      console.log("granted " + lock.token);
+      await lock.release();
+      await client.close();
+    `;
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: ["eval", "--cert", pki.caFile, script],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    const stdout = new TextDecoder().decode(out.stdout);
+    assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+    assert.match(stdout, /^granted \d+$/m);
+  });
+});
