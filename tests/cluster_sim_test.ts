@@ -166,6 +166,14 @@ for (const size of SIZES) {
 
     const left = sim.shutdown(A);
     const heir = sim.node(B);
+    // Handed over, before the successor's first heartbeat as active: A redirects to it
+    // (the successor parks until its COMMIT), it does not answer "no active node".
+    assert.ok(await sim.runUntil(() => sim.node(A).node.role === "leaving", 50), sim.describe());
+    assert.notEqual(heir.lastRole?.role, "active");
+    assert.deepEqual(sim.node(A).node.gate(), {
+      kind: "refuse",
+      refusal: { status: "M", text: B },
+    });
     assert.ok(await sim.runUntil(() => sim.node(A).exited, 50), sim.describe());
     assert.equal(await left, true, "a successor took over");
     await sim.advance(2 * sim.delayMs); // COMMIT reaches the successor

@@ -9,7 +9,6 @@
  * @module
  */
 
-import { NO_ACTIVE_NODE } from "../../client/codec.ts";
 import type { Gate } from "../session.ts";
 import { decide, promotionFloor, type Role, type SelfView, successor } from "./election.ts";
 import { type Carried, handoffLimitMs, redirectTo } from "./handoff.ts";
@@ -17,6 +16,7 @@ import { Handover } from "./handover.ts";
 import type { Owner } from "../owners.ts";
 import type { HandoffBegin, Heartbeat } from "./peer_codec.ts";
 import { FreezeDetector, freezeVerdict } from "./freeze.ts";
+import { gateOf } from "./gate.ts";
 import type { PeerReceiver } from "./peer_inbound.ts";
 import { PeerViews } from "./peer_views.ts";
 import type { Cancel, ClusterIo, ClusterOptions, ServerPort } from "./ports.ts";
@@ -29,9 +29,6 @@ import { ReplicationStream } from "./replication.ts";
  * (docs/client.md, "Connections").
  */
 export const FAILBACK_SETTLE_MS = 3500;
-const SERVE: Gate = { kind: "serve" };
-const PARK: Gate = { kind: "park" };
-const NO_ACTIVE: Gate = { kind: "refuse", refusal: { status: "E", text: NO_ACTIVE_NODE } };
 
 function randomActivation(): string {
   return crypto.randomUUID().slice(0, 8);
@@ -48,6 +45,8 @@ export class ClusterNode implements PeerReceiver {
   #role: Role = "starting";
   #activation: string | undefined;
   #activeAddress: string | undefined;
+  /** The successor of this node's last handover, redirected to until `until` (ms). */
+  #handedTo: { address: string; until: number } | undefined;
   /** This node's copy of the active's state (its own state while active). */
   readonly replica: Replica;
   /** What it replicated before it became active (sent along when it hands over). */
@@ -161,20 +160,18 @@ export class ClusterNode implements PeerReceiver {
   /** How the server should treat a client request right now. */
   gate(): Gate {
     this.#checkFrozen();
-    switch (this.#role) {
-      case "active":
-        return this.#freeze.since === undefined ? SERVE : PARK;
-      case "handing-off":
-        return PARK;
-      default: {
-        if (this.#handover.taking) return PARK;
-        const active = this.#activeAddress;
-        return active !== undefined &&
-            (this.#isLiveActive(active) || this.#peers.relayedLive(active, this.#port.clock()))
-          ? { kind: "refuse", refusal: redirectTo(active) }
-          : NO_ACTIVE;
-      }
-    }
+    const active = this.#activeAddress;
+    const now = this.#port.clock();
+    const handedTo = this.#handedTo;
+    return gateOf({
+      role: this.#role,
+      frozen: this.#freeze.since !== undefined,
+      taking: this.#handover.taking,
+      active,
+      vouched: active !== undefined &&
+        ((handedTo?.address === active && now < handedTo.until) ||
+          this.#isLiveActive(active) || this.#peers.relayedLive(active, now)),
+    });
   }
 
   /** Whether lease timers may settle now (not while handing over or frozen). */
@@ -315,6 +312,7 @@ export class ClusterNode implements PeerReceiver {
   /** The successor `address` confirmed: redirect everything to it. */
   #handedOver(address: string, leaving: boolean): void {
     this.#activeAddress = address;
+    this.#handedTo = { address, until: this.#port.clock() + this.#options.failoverTimeoutMs };
     this.replica.drop();
     this.#activation = undefined;
     this.stream.clear();
