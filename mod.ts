@@ -30,7 +30,16 @@
 
 export { type AcquireOptions, LockClient, type TryAcquireOptions } from "./client/client.ts";
 export type { LockClientOptions } from "./client/options.ts";
-export type { Credential } from "./client/codec.ts";
+export type {
+  Credential,
+  KeyState,
+  NodeCounts,
+  NodeRole,
+  NodeStatus,
+  PeerStatus,
+  RejectionReason,
+} from "./client/codec.ts";
+export type { LocksOptions, NodeStatusResult } from "./client/inspect.ts";
 export type { Lock } from "./client/lock.ts";
 export {
   LockAbortedError,

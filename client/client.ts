@@ -7,20 +7,31 @@
  */
 
 import { type Address, parseAddress } from "./address.ts";
-import { helloLine, type Reply } from "./codec.ts";
+import { helloLine, type KeyState, type Reply } from "./codec.ts";
 import { LockError, LockTimeoutError, LockUnavailableError } from "./errors.ts";
 import { type Lock, LockHandle, type LockOwner } from "./lock.ts";
 import {
+  type AcquireOptions,
+  checkGrant,
   checkKey,
   type LockClientOptions,
   type ResolvedOptions,
   resolveOptions,
   toMs,
+  type TryAcquireOptions,
 } from "./options.ts";
 import { acquire, extend, release, type RequestContext } from "./requests.ts";
+import {
+  inspectKey,
+  listLocks,
+  type LocksOptions,
+  locksOptions,
+  nodeStatuses,
+  type NodeStatusResult,
+} from "./inspect.ts";
 import { Router, sleep } from "./router.ts";
 
-export type { LockClientOptions };
+export type { AcquireOptions, LockClientOptions, TryAcquireOptions };
 
 /** What the package's own modules (the bridge) may do with a client beyond its public API. */
 export interface ClientInternals {
@@ -32,51 +43,6 @@ export interface ClientInternals {
 
 /** Internal access to clients, for the bridge (not exported from the package entry). */
 export const clientInternals: WeakMap<LockClient, ClientInternals> = new WeakMap();
-
-/**
- * Options of {@linkcode LockClient.acquire}. Durations here are seconds.
- *
- * @example Acquire with a 10 s lease, queueing at most 2.5 s, abortable
- * ```ts
- * import { type AcquireOptions, LockClient } from "@lockd/client";
- * const client = new LockClient("127.0.0.1:7321");
- * const options: AcquireOptions = { lease: 10, wait: 2.5, signal: AbortSignal.timeout(5000) };
- * const lock = await client.acquire("orders:17", options);
- * await lock.release();
- * await client.close();
- * ```
- */
-export interface AcquireOptions {
-  /** Lease in seconds (> 0, fractions allowed): the server frees the lock after it. Default 30. */
-  lease?: number;
-  /** Longest time to queue, in seconds; `0` (or `Infinity`) waits without limit. Default 0. */
-  wait?: number;
-  /** Aborts the acquire: it rejects at once, and a grant that arrives later is released. */
-  signal?: AbortSignal;
-  /** Renew the lease at a third of its length while held. Default: the client's setting. */
-  autoExtend?: boolean;
-  /**
-   * Bind the lock to this client's session: the server releases it once every connection
-   * of the client has been gone for its grace period (a crashed process frees it in
-   * seconds, not at the end of the lease). Default: the client's `sessionLocks`.
-   */
-  session?: boolean;
-}
-
-/**
- * Options of {@linkcode LockClient.tryAcquire}: those of an acquire, without `wait`.
- *
- * @example Try once, with a 5 s lease renewed while held
- * ```ts
- * import { LockClient, type TryAcquireOptions } from "@lockd/client";
- * const client = new LockClient("127.0.0.1:7321");
- * const options: TryAcquireOptions = { lease: 5, autoExtend: true };
- * const lock = await client.tryAcquire("reports", options);
- * await lock?.release();
- * await client.close();
- * ```
- */
-export type TryAcquireOptions = Omit<AcquireOptions, "wait">;
 
 /**
  * A client of a lockd node or cluster.
@@ -105,6 +71,8 @@ export class LockClient implements AsyncDisposable {
   #owner: LockOwner;
   #requests: RequestContext;
   #session: string;
+  /** The addresses the client was given (canonical forms), for `status()`. */
+  #addresses: string[];
 
   /**
    * Creates a client and starts connecting in the background.
@@ -133,6 +101,7 @@ export class LockClient implements AsyncDisposable {
       addresses.set(address.key, address);
     }
     this.#options = resolveOptions(options, addresses.size);
+    this.#addresses = [...addresses.keys()];
     const resolved = this.#options;
     for (const address of addresses.values()) {
       if (address.scheme === "tls") address.caCerts = resolved.caCerts;
@@ -161,13 +130,13 @@ export class LockClient implements AsyncDisposable {
     };
     this.#owner = {
       extend: (key, token, leaseMs) => extend(this.#requests, key, token, leaseMs),
-      release: (key, token) => release(this.#requests, key, token),
+      release: async (key, token) => void await release(this.#requests, key, token),
       forget: (lock) => this.#locks.delete(lock as LockHandle),
     };
     this.#router.start();
     clientInternals.set(this, {
       exchange: (op, key, line) => this.#router.exchange(op, key, () => line),
-      release: (key, token) => release(this.#requests, key, token),
+      release: async (key, token) => void await release(this.#requests, key, token),
     });
   }
 
@@ -329,6 +298,109 @@ export class LockClient implements AsyncDisposable {
   }
 
   /**
+   * Inspects `key` without changing anything (`I`, docs/protocol.md, "Inspection"): its
+   * holder's token, client name and lease left (seconds), and how many acquires wait.
+   *
+   * @throws {LockUnavailableError} No connection could carry the request.
+   * @throws {LockRejectedError} The server refused it (outside the credential's prefix; a
+   * bridge, which does not relay inspection).
+   * @throws {TypeError} For an invalid key (nothing is sent).
+   *
+   * @example Who holds a key
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * const state = await client.inspect("orders:17");
+   * if (state.held) console.log(`${state.holder} holds it, ${state.leaseLeft} s left`);
+   * await client.close();
+   * ```
+   */
+  inspect(key: string): Promise<KeyState> {
+    return this.#call(() => (checkKey(key), inspectKey(this.#router, key)));
+  }
+
+  /**
+   * Held keys, in key order (`L`, paged until done or `limit`, default 1000): the same
+   * fields as {@linkcode inspect}. Keys may change between pages.
+   *
+   * @throws {LockUnavailableError} No connection could carry a request.
+   * @throws {LockRejectedError} The server refused it (a prefix outside the credential's).
+   * @throws {TypeError} For an invalid prefix or limit (nothing is sent).
+   *
+   * @example Every held key under `orders:`
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * for (const lock of await client.locks({ prefix: "orders:" })) console.log(lock.key);
+   * await client.close();
+   * ```
+   */
+  locks(options: LocksOptions = {}): Promise<KeyState[]> {
+    return this.#call(() => listLocks(this.#router, locksOptions(options ?? {})));
+  }
+
+  /**
+   * Asks every address the client was given for its node's status (`S`), each node itself
+   * (standbys too, no redirect), at once. Never rejects: a node that could not answer has
+   * an `error` instead of a `status`.
+   *
+   * @example A cluster at a glance
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient(["10.0.0.1:7321", "10.0.0.2:7321"]);
+   * for (const node of await client.status()) console.log(node.address, node.status?.role);
+   * await client.close();
+   * ```
+   */
+  status(): Promise<NodeStatusResult[]> {
+    return nodeStatuses(this.#router, this.#addresses);
+  }
+
+  /**
+   * Releases the grant of `key` carrying `token` (held by any process: a lock taken by a
+   * script and released by another), retried as a `Lock`'s release is.
+   *
+   * @returns `true` if it released (`R`), `false` if that token did not hold the key (`N`).
+   * @throws {LockUnavailableError} No node confirmed it within `releaseRetryMs`.
+   * @throws {LockRejectedError} The server refused it.
+   * @throws {TypeError} For an invalid key or token (nothing is sent).
+   *
+   * @example Release by token
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * console.log(await client.release("orders:17", 1042n)); // true or false
+   * await client.close();
+   * ```
+   */
+  release(key: string, token: bigint): Promise<boolean> {
+    return this.#call(() => (checkGrant(key, token), release(this.#requests, key, token)));
+  }
+
+  /**
+   * Resets the lease of the grant of `key` carrying `token` to `lease` seconds from now.
+   *
+   * @returns `true` if it extended (`X`), `false` if that token does not hold the key (`N`).
+   * @throws {LockUnavailableError} No connection could carry the request.
+   * @throws {LockRejectedError} The server refused it (e.g. above its `--max-lease`).
+   * @throws {TypeError} For an invalid key, token or lease (nothing is sent).
+   *
+   * @example Keep a detached lock for another minute
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * console.log(await client.extend("orders:17", 1042n, 60)); // true or false
+   * await client.close();
+   * ```
+   */
+  extend(key: string, token: bigint, lease: number): Promise<boolean> {
+    return this.#call(() => {
+      checkGrant(key, token);
+      return extend(this.#requests, key, token, toMs(lease, "lease"));
+    });
+  }
+
+  /**
    * Releases every held lock (one attempt each, at most about a second in all), then closes
    * every connection and timer. Requests still outstanding reject with a
    * {@linkcode LockError}, and a grant that arrives meanwhile is released. Calling it again
@@ -379,6 +451,16 @@ export class LockClient implements AsyncDisposable {
       why = "every connection to the bridge dropped, and the bridge releases its locks";
     } else return;
     for (const lock of this.#locks) lock.lose(why, false);
+  }
+
+  /** Runs `fn` unless the client is closed; what it throws becomes a rejection. */
+  #call<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.#closed !== undefined) return Promise.reject(new LockError("The client is closed"));
+    try {
+      return fn();
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
 
   /** Keeps a background promise from being unhandled and lets close() wait for it. */

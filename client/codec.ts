@@ -70,6 +70,38 @@ export {
   TOO_MANY_CONNECTIONS,
 } from "./codec/reply.ts";
 export {
+  freeReply,
+  heldReply,
+  INSPECT_REPLY_BUDGET,
+  type InspectKeyRequest,
+  inspectLine,
+  type InspectRequest,
+  isInspection,
+  keyStateOf,
+  keyStateOfInfo,
+  locksLine,
+  locksPageOf,
+  locksReply,
+  type LocksRequest,
+  MAX_LOCKS_LIMIT,
+  nodeStatusOf,
+  parseInspection,
+  statusLine,
+  statusReply,
+  type StatusRequest,
+} from "./codec/inspect.ts";
+export {
+  type KeyInfo,
+  type KeyState,
+  type LocksPage,
+  type NodeCounts,
+  type NodeRole,
+  type NodeStatus,
+  type PeerStatus,
+  REJECTION_REASONS,
+  type RejectionReason,
+} from "./codec/inspect_shapes.ts";
+export {
   clientNameError,
   type Credential,
   type Hello,

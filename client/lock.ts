@@ -118,6 +118,25 @@ export interface Lock extends AsyncDisposable {
    * ```
    */
   release(): Promise<void>;
+  /**
+   * Forgets the lock on this client's side: no more renewal, `signal` no longer fires on the
+   * lease's end, and `close()` does not release it. The lease runs on the server: another
+   * process given the key and token can `extend` or `release` it with
+   * `LockClient.extend(key, token, lease)` / `LockClient.release(key, token)`. This handle's
+   * `extend()` and `release()` still send their requests, scheduling nothing; the end of an
+   * `await using` block no longer releases it.
+   *
+   * @example Hand a lock over to another process
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * const lock = await client.acquire("deploy", { lease: 600 });
+   * lock.detach();
+   * console.log(`LOCK_KEY=${lock.key} LOCK_TOKEN=${lock.token}`);
+   * await client.close(); // the lock stays held for its lease
+   * ```
+   */
+  detach(): void;
 }
 
 /** The client's implementation of {@linkcode Lock}. Internal. */
@@ -136,6 +155,7 @@ export class LockHandle implements Lock {
   #expiryTimer: CancelTimer | undefined;
   #renewTimer: CancelTimer | undefined;
   #released: Promise<void> | undefined;
+  #detached = false;
 
   /** Made by the client on a grant; not for direct use. */
   constructor(key: string, token: bigint, owner: LockOwner, state: LockState) {
@@ -206,8 +226,16 @@ export class LockHandle implements Lock {
     return this.#released;
   }
 
-  /** Releases the lock at the end of an `await using` block. */
+  /** Forgets the lock on this client's side (see {@linkcode Lock.detach}). */
+  detach(): void {
+    this.#detached = true;
+    this.#stopTimers();
+    this.#owner.forget(this);
+  }
+
+  /** Releases the lock at the end of an `await using` block (not once detached). */
   [Symbol.asyncDispose](): Promise<void> {
+    if (this.#detached) return Promise.resolve();
     return this.release();
   }
 
@@ -247,7 +275,7 @@ export class LockHandle implements Lock {
     this.#leaseMs = leaseMs;
     this.#expiresAt = sentAt + leaseMs;
     // Once the signal fired it stays fired: the caller was told to stop, so no renewal.
-    if (!this.#controller.signal.aborted) this.#schedule();
+    if (!this.#controller.signal.aborted && !this.#detached) this.#schedule();
   }
 
   #schedule(): void {

@@ -158,12 +158,16 @@ export class ManagedConnection {
     if (transport === undefined) return Promise.reject(new ConnectionLost(this.address.key));
     return new Promise<Reply>((settled, reject) => {
       const id = echoId(op, key);
-      // Silence is measured from now if nothing was outstanding: idle time is not silence.
-      if (this.#outstanding === 0) this.#lastReceived = performance.now();
+      if (this.#outstanding === 0) {
+        // Silence is measured from now if nothing was outstanding: idle time is not silence.
+        this.#lastReceived = performance.now();
+        // A connection keeps the process alive only while it has requests outstanding.
+        transport.ref?.(true);
+      }
       this.#outstanding++;
       this.#watch();
       const done = (reply: Reply) => {
-        this.#outstanding--;
+        if (--this.#outstanding === 0) transport.ref?.(false);
         settled(reply);
       };
       let resolve = done;
@@ -313,10 +317,12 @@ export class ManagedConnection {
 
   #scheduleReconnect(): void {
     if (this.#options.closed.aborted || this.#reconnectTimer !== undefined) return;
+    // A weak timer: a reconnect in the background never keeps the process alive (a request
+    // waiting for a connection has timers of its own).
     this.#reconnectTimer = after(this.#options.reconnectIntervalMs, () => {
       this.#reconnectTimer = undefined;
       this.connect();
-    });
+    }, true);
   }
 
   #shutdown(): void {

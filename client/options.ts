@@ -5,7 +5,7 @@
  * @module
  */
 
-import { clientNameError, type Credential, keyError } from "./codec.ts";
+import { clientNameError, type Credential, keyError, MAX_TOKEN } from "./codec.ts";
 import type { Connect } from "./transport.ts";
 import { connectTransport } from "./dial.ts";
 
@@ -75,6 +75,51 @@ export interface LockClientOptions {
    */
   bearer?: string;
 }
+
+/**
+ * Options of `LockClient.acquire`. Durations here are seconds.
+ *
+ * @example Acquire with a 10 s lease, queueing at most 2.5 s, abortable
+ * ```ts
+ * import { type AcquireOptions, LockClient } from "@lockd/client";
+ * const client = new LockClient("127.0.0.1:7321");
+ * const options: AcquireOptions = { lease: 10, wait: 2.5, signal: AbortSignal.timeout(5000) };
+ * const lock = await client.acquire("orders:17", options);
+ * await lock.release();
+ * await client.close();
+ * ```
+ */
+export interface AcquireOptions {
+  /** Lease in seconds (> 0, fractions allowed): the server frees the lock after it. Default 30. */
+  lease?: number;
+  /** Longest time to queue, in seconds; `0` (or `Infinity`) waits without limit. Default 0. */
+  wait?: number;
+  /** Aborts the acquire: it rejects at once, and a grant that arrives later is released. */
+  signal?: AbortSignal;
+  /** Renew the lease at a third of its length while held. Default: the client's setting. */
+  autoExtend?: boolean;
+  /**
+   * Bind the lock to this client's session: the server releases it once every connection
+   * of the client has been gone for its grace period (a crashed process frees it in
+   * seconds, not at the end of the lease). Default: the client's `sessionLocks`.
+   */
+  session?: boolean;
+}
+
+/**
+ * Options of `LockClient.tryAcquire`: those of an acquire, without `wait`.
+ *
+ * @example Try once, with a 5 s lease renewed while held
+ * ```ts
+ * import { LockClient, type TryAcquireOptions } from "@lockd/client";
+ * const client = new LockClient("127.0.0.1:7321");
+ * const options: TryAcquireOptions = { lease: 5, autoExtend: true };
+ * const lock = await client.tryAcquire("reports", options);
+ * await lock?.release();
+ * await client.close();
+ * ```
+ */
+export type TryAcquireOptions = Omit<AcquireOptions, "wait">;
 
 /** Every option with its value or default. */
 export interface ResolvedOptions extends
@@ -171,4 +216,16 @@ export function toMs(seconds: number, what: "lease" | "wait"): number {
   }
   if (!isLease && seconds >= MAX_SECONDS) return 0;
   return Math.ceil(seconds * 1000);
+}
+
+/**
+ * Checks a key and a fencing token before anything is sent.
+ *
+ * @throws {TypeError} For an invalid key, or a token that is not a bigint from 1 to 2^64-1.
+ */
+export function checkGrant(key: string, token: bigint): void {
+  checkKey(key);
+  if (typeof token !== "bigint" || token < 1n || token > MAX_TOKEN) {
+    throw new TypeError(`token must be a bigint from 1 to ${MAX_TOKEN}, got ${String(token)}`);
+  }
 }

@@ -178,12 +178,13 @@ export async function extend(
 
 /**
  * Releases the grant of `key` carrying `token`, retrying while no connection can carry it.
- * `R` and `N` both end it: the lock is gone either way.
+ * `R` and `N` both end it: the lock is gone either way. Resolves `true` on `R`, `false` on
+ * `N` (which a retry after a lost reply to an `R` also gets).
  *
  * @throws {LockUnavailableError} No node confirmed it within `releaseRetryMs`.
  * @throws {LockRejectedError} The server refused it.
  */
-export async function release(ctx: RequestContext, key: string, token: bigint): Promise<void> {
+export async function release(ctx: RequestContext, key: string, token: bigint): Promise<boolean> {
   const { options, closed } = ctx;
   const until = performance.now() + options.releaseRetryMs;
   for (;;) {
@@ -194,7 +195,7 @@ export async function release(ctx: RequestContext, key: string, token: bigint): 
         ctx.router.exchange("R", key, () => releaseLine(key, token)),
         () => new LockUnavailableError(`Release of "${key}" not confirmed in time`),
       );
-      if (reply.status === "R" || reply.status === "N") return;
+      if (reply.status === "R" || reply.status === "N") return reply.status === "R";
       throw unexpected(reply);
     } catch (error) {
       const retry = error instanceof LockUnavailableError && !closed.aborted &&

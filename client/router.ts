@@ -231,6 +231,42 @@ export class Router {
     }
   }
 
+  /**
+   * Sends one request to the node at `addressKey` itself (an address the client was given):
+   * no redirect is followed and no other node is asked. Tries each connection to it once,
+   * connecting it if needed.
+   *
+   * @throws {LockUnavailableError} No connection to that node could carry it.
+   * @throws {LockRejectedError} It refused this client's hello.
+   * @throws {LockError} The client closed.
+   */
+  async direct(addressKey: string, op: string, key: string, line: string): Promise<Reply> {
+    const connections = this.#connections.filter((c) => c.address.key === addressKey)
+      .sort((a, b) => Number(b.up) - Number(a.up));
+    let problem = "the client has no connection to it";
+    for (const connection of connections) {
+      if (this.#closed.aborted) throw new LockError("The client is closed");
+      if (!connection.up && !(await connection.connect())) {
+        if (connection.refusal !== undefined) {
+          throw new LockRejectedError(op, key, connection.refusal);
+        }
+        problem = connection.lastError ?? "unreachable";
+        continue;
+      }
+      try {
+        return await connection.request(op, key, line);
+      } catch (error) {
+        if (!(error instanceof ConnectionLost)) throw error;
+        if (connection.refusal !== undefined) {
+          throw new LockRejectedError(op, key, connection.refusal);
+        }
+        problem = error.message;
+      }
+    }
+    if (this.#closed.aborted) throw new LockError("The client is closed");
+    throw new LockUnavailableError(`No usable connection to ${addressKey}: ${problem}`);
+  }
+
   #add(address: Address): ManagedConnection {
     const connection = new ManagedConnection(address, {
       connect: this.#options.connect,

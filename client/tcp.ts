@@ -12,6 +12,7 @@ import type { Address } from "./address.ts";
 import { MAX_LINE_BYTES } from "./codec.ts";
 import { LineReader } from "./line_reader.ts";
 import { LineWriter } from "./line_writer.ts";
+import { setTimerUnref } from "./timer.ts";
 import type { Transport, TransportHandlers } from "./transport.ts";
 
 /** The part of a Deno TCP connection this transport uses (typed here, so the client's type
@@ -21,11 +22,21 @@ interface TcpConn {
   write(data: Uint8Array): Promise<number>;
   close(): void;
   setNoDelay?(noDelay?: boolean): void;
+  ref?(): void;
+  unref?(): void;
 }
 
 interface DenoNet {
   connect(options: { hostname: string; port: number; signal?: AbortSignal }): Promise<TcpConn>;
   connectTls(options: { hostname: string; port: number; caCerts?: string[] }): Promise<TcpConn>;
+  unrefTimer?(id: number): void;
+}
+
+// The client's background timers (reconnects) must not keep a Deno process alive either.
+const denoRuntime = (globalThis as unknown as { Deno: DenoNet }).Deno;
+if (denoRuntime.unrefTimer !== undefined) {
+  const unrefTimer = denoRuntime.unrefTimer.bind(denoRuntime);
+  setTimerUnref((id) => unrefTimer(id));
 }
 
 /**
@@ -85,6 +96,8 @@ class TcpTransport implements Transport {
   constructor(conn: TcpConn, handlers: TransportHandlers) {
     this.#conn = conn;
     this.#handlers = handlers;
+    // Idle until a request is outstanding: an idle connection never keeps the process alive.
+    this.ref(false);
     this.#writer = new LineWriter((data) => conn.write(data), { failed: () => this.close() });
     this.#read();
   }
@@ -95,6 +108,15 @@ class TcpTransport implements Transport {
     if (!this.#flushQueued) {
       this.#flushQueued = true;
       queueMicrotask(this.#flush);
+    }
+  }
+
+  ref(keep: boolean): void {
+    try {
+      if (keep) this.#conn.ref?.();
+      else this.#conn.unref?.();
+    } catch {
+      // Closed meanwhile.
     }
   }
 

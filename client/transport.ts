@@ -31,6 +31,13 @@ export interface Transport {
   send(line: string): void;
   /** Closes the connection; `closed` is then called on its handlers. */
   close(): void;
+  /**
+   * Whether the connection may keep the process alive (Deno: the socket's `ref()` and
+   * `unref()`). The client calls it with `true` while requests are outstanding on the
+   * connection and `false` once none is, so an idle client never keeps a script from
+   * exiting. Optional: a transport without it keeps whatever its runtime does.
+   */
+  ref?(keep: boolean): void;
 }
 
 /**

@@ -34,6 +34,8 @@ export interface AcceptorOptions {
   log: Logger;
   /** What client replies wait for (sync replication). */
   replies?: ReplyGate;
+  /** A connection was refused at `maxConnections` (metrics). */
+  refused?(): void;
 }
 
 /** Where a first line leads: its handler, and whether the line was for the routing only. */
@@ -84,6 +86,8 @@ export class Acceptor {
   #peers = new Set<LineSocket>();
   #closed = false;
   #loop: Promise<void>;
+  /** Connections refused at the cap since the last line saying so, and when that was. */
+  #refused = { unlogged: 0, loggedAt: -Infinity };
 
   /** Starts accepting on `listener`. */
   constructor(listener: Deno.Listener, routes: AcceptRoutes, options: AcceptorOptions) {
@@ -133,11 +137,32 @@ export class Acceptor {
         continue;
       }
       if (this.#clients.size >= this.#options.maxConnections) {
+        this.#logRefused(conn);
+        this.#options.refused?.();
         refuse(conn);
         continue;
       }
       this.#serve(conn);
     }
+  }
+
+  /** One line per refusal at the cap, at most one a second under a flood (with a count). */
+  #logRefused(conn: Deno.Conn): void {
+    const refused = this.#refused;
+    const now = Date.now();
+    if (now - refused.loggedAt < 1000) {
+      refused.unlogged++;
+      return;
+    }
+    const remote = remoteOf(conn);
+    const more = refused.unlogged > 0 ? `; ${refused.unlogged} more since the last such line` : "";
+    this.#options.log.warn(
+      `refused a connection from ${remote}: too many connections ` +
+        `(--max-connections ${this.#options.maxConnections})${more}`,
+      { event: "drop", remote, reason: "too-many-connections", suppressed: refused.unlogged },
+    );
+    refused.unlogged = 0;
+    refused.loggedAt = now;
   }
 
   #serve(conn: Deno.Conn): void {
@@ -146,8 +171,7 @@ export class Acceptor {
     } catch {
       // Not a TCP socket: nothing to tune.
     }
-    const addr = conn.remoteAddr as Deno.NetAddr;
-    const remote = `${addr.hostname}:${addr.port}`;
+    const remote = remoteOf(conn);
     const router: FirstLine = new FirstLine((line): Route => {
       if (line.startsWith("PEER ") && this.#routes.peer !== undefined) {
         this.#clients.delete(socket);
@@ -171,6 +195,11 @@ export class Acceptor {
     });
     this.#clients.add(socket);
   }
+}
+
+function remoteOf(conn: Deno.Conn): string {
+  const addr = conn.remoteAddr as Deno.NetAddr;
+  return `${addr.hostname}:${addr.port}`;
 }
 
 const TOO_MANY = new TextEncoder().encode(errorReply("-", "-", TOO_MANY_CONNECTIONS) + "\n");

@@ -53,7 +53,7 @@ export class AuthFile {
     }
     const file = new AuthFile(path, log, credentials, stamp);
     file.#timer = setInterval(() => file.#check(), POLL_MS);
-    log.info(`auth: ${credentials.size} credential(s) from ${path}`);
+    log.info(`auth: ${credentials.size} credential(s) from ${path}`, { event: "auth-loaded" });
     return file;
   }
 
@@ -103,7 +103,9 @@ export class AuthFile {
     this.#stamp = stamp;
     try {
       this.#credentials = Credentials.parse(Deno.readTextFileSync(this.#path));
-      this.#log.info(`auth: reloaded ${this.#credentials.size} credential(s) from ${this.#path}`);
+      this.#log.info(`auth: reloaded ${this.#credentials.size} credential(s) from ${this.#path}`, {
+        event: "auth-reloaded",
+      });
     } catch (error) {
       this.#log.error(
         `auth file ${this.#path} not reloaded: ${describe(error)}; the credentials in force stay`,

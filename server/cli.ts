@@ -8,6 +8,7 @@
 
 import { parseArgs } from "node:util";
 import { parseSeconds } from "../client/codec.ts";
+import { LOG_FORMATS, LOG_LEVELS, type LogFormat, type LogLevel } from "./log.ts";
 
 /** A bad command line: exit code 2, message on stderr. */
 export class UsageError extends Error {
@@ -68,6 +69,10 @@ export interface Config {
   tlsCaFile: string | undefined;
   /** A file of bearer tokens the bridge requires (one per line); `undefined`: none. */
   bridgeTokenFile: string | undefined;
+  /** How log lines on stderr are written: `text` or `json` (one object per line). */
+  logFormat: LogFormat;
+  /** The least severe level logged (`LOCKD_TRACE=1` lowers it to `debug`). */
+  logLevel: LogLevel;
 }
 
 interface Flag {
@@ -219,6 +224,23 @@ const FLAGS: Flag[] = [
     fallback: "1",
     help: "Silence after which a peer is taken for dead and a standby promotes.",
   },
+  {
+    name: "log-format",
+    env: "LOCKD_LOG_FORMAT",
+    value: "text|json",
+    fallback: "text",
+    help: "How log lines on standard error are written: text\n" +
+      "('<time> <LEVEL> <message> key=value...') or json (one object\n" +
+      "per line: time, level, msg and the event's fields).",
+  },
+  {
+    name: "log-level",
+    env: "LOCKD_LOG_LEVEL",
+    value: "debug|info|warn|error",
+    fallback: "info",
+    help: "The least severe level logged. LOCKD_TRACE=1 (every peer message)\n" +
+      "implies debug.",
+  },
 ];
 
 function optionsHelp(): string {
@@ -258,7 +280,9 @@ DESCRIPTION
 
     When ready, lockd prints one line on standard output:
         listening on HOST:PORT as ROLE
-    Everything else goes to standard error.
+    Everything else goes to standard error, one log line per event with
+    its time (UTC), level, message and fields (see --log-format):
+        2026-12-01T12:34:56.789Z INFO  shutting down (SIGTERM) event=...
 
 OPTIONS
 ${optionsHelp()}
@@ -341,6 +365,14 @@ function replicationMode(text: string, what: string): "async" | "sync" {
     throw new UsageError(`${what} must be async or sync, got "${text}"`);
   }
   return text;
+}
+
+function oneOf<T extends string>(allowed: readonly T[], text: string, what: string): T {
+  if (!(allowed as readonly string[]).includes(text)) {
+    const names = allowed.slice(0, -1).join(", ") + " or " + allowed[allowed.length - 1];
+    throw new UsageError(`${what} must be ${names}, got "${text}"`);
+  }
+  return text as T;
 }
 
 /**
@@ -428,6 +460,8 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
     tls: undefined,
     tlsCaFile: get("tls-ca"),
     bridgeTokenFile: get("bridge-token-file"),
+    logFormat: oneOf(LOG_FORMATS, get("log-format")!, source["log-format"]),
+    logLevel: oneOf(LOG_LEVELS, get("log-level")!, source["log-level"]),
   };
   const certFile = get("tls-cert");
   const keyFile = get("tls-key");

@@ -77,7 +77,10 @@ export function answerHello(
     const lockedMs = ctx.throttle?.lockedFor(hostOf(remote), ctx.clock()) ?? 0;
     if (lockedMs > 0) {
       // Too many failures from this address: not checked, so parallel guesses gain nothing.
-      ctx.log?.warn(`refused a hello from ${remote}: too many failures, not checked`);
+      ctx.log?.warn(`refused a hello from ${remote}: too many failures, not checked`, {
+        event: "auth-refused",
+        remote,
+      });
       return {
         kind: "close",
         reply: errorReply("HELLO", echo, AUTH_FAILED),
@@ -94,7 +97,7 @@ export function answerHello(
         : credentials.has(given.name)
         ? `wrong credential for ${given.name}`
         : "unknown credential name";
-      ctx.log?.warn(`refused a hello from ${remote}: ${why}`);
+      ctx.log?.warn(`refused a hello from ${remote}: ${why}`, { event: "auth-refused", remote });
       return { kind: "close", reply: errorReply("HELLO", echo, AUTH_FAILED), delayMs };
     }
     ctx.throttle?.succeeded(host);

@@ -150,7 +150,7 @@ export class LineSocket implements UrgentOutput {
       this.#heldElsewhere += line.length + 1;
     } else this.#writer.push(line);
     if (this.#writer.held + this.#heldElsewhere > this.#dropAt) {
-      this.#options.log.warn(`dropping ${this.remote}: it does not read its replies`);
+      this.#drop("it does not read its replies", "slow-reader");
       this.close();
       return;
     }
@@ -175,7 +175,7 @@ export class LineSocket implements UrgentOutput {
   hold(units: number): void {
     this.#heldElsewhere += units;
     if (units > 0 && this.#writer.held + this.#heldElsewhere > this.#dropAt) {
-      this.#options.log.warn(`dropping ${this.remote}: too many replies held for it`);
+      this.#drop("too many replies held for it", "slow-reader");
       this.close();
     }
   }
@@ -233,6 +233,15 @@ export class LineSocket implements UrgentOutput {
     }
   }
 
+  /** Logs why this connection is dropped (`reason`: a stable code for log searches). */
+  #drop(why: string, reason: string): void {
+    this.#options.log.warn(`dropping ${this.remote}: ${why}`, {
+      event: "drop",
+      remote: this.remote,
+      reason,
+    });
+  }
+
   #written(): void {
     if (this.#options.urgent) this.#options.batch.drained();
     if (this.#closed) return;
@@ -241,19 +250,20 @@ export class LineSocket implements UrgentOutput {
   }
 
   async #readLoop(): Promise<void> {
+    const maxLineBytes = this.#options.maxLineBytes ?? MAX_LINE_BYTES;
     const sink: LineSink = {
       line: (text) => this.#handler.line(text),
       invalid: this.#handler.invalid && ((text) => this.#handler.invalid!(text)),
       tooLong: () => {
+        this.#drop(`a line over ${maxLineBytes} bytes`, "line-too-long");
         this.send(errorReply("-", "-", LINE_TOO_LONG));
         this.closeAfterFlush();
       },
       accepting: () => !this.#closing && !this.#closed,
     };
-    const reader = new LineReader(sink, {
-      maxLineBytes: this.#options.maxLineBytes ?? MAX_LINE_BYTES,
-    });
+    const reader = new LineReader(sink, { maxLineBytes });
     let reset = false;
+    const log = this.#options.log;
     try {
       while (!this.#closed && !this.#closing) {
         if (this.#writer.held + this.#heldElsewhere >= this.#pauseAt) {
@@ -262,15 +272,29 @@ export class LineSocket implements UrgentOutput {
           continue;
         }
         const n = await this.#conn.read(reader.space());
-        if (n === null) break;
+        if (n === null) {
+          log.debug(`${this.remote} closed the connection`, {
+            event: "closed",
+            remote: this.remote,
+          });
+          break;
+        }
         this.#options.batch.soon();
         reader.commit(n);
         // This read's replies go out now, in one write: waiting for the end of the turn
         // would hold them behind every other connection's requests read in the same turn.
         this.flush();
       }
-    } catch {
-      // Reset by the peer, or closed by us while a read was pending.
+    } catch (error) {
+      // Reset by the peer, or closed by us while a read was pending (not worth a line).
+      if (!this.#closed) {
+        const why = error instanceof Error ? error.message : String(error);
+        log.debug(`${this.remote} reset the connection: ${why}`, {
+          event: "drop",
+          remote: this.remote,
+          reason: "reset",
+        });
+      }
       reset = true;
     }
     // Input is over: replies already queued still go out (unless the socket is gone), but

@@ -48,14 +48,14 @@ export async function main(args: string[]): Promise<number> {
       return 2;
     }
   }
-  // Debug tracing of the peer protocol, for tests and diagnosis.
+  // Debug tracing of the peer protocol, for tests and diagnosis: its lines are debug lines.
   const trace = Deno.env.get("LOCKD_TRACE") === "1";
-  const log = stderrLogger({ debug: trace });
+  const log = stderrLogger({ format: config.logFormat, level: trace ? "debug" : config.logLevel });
   let security: Security;
   try {
     security = loadSecurity(config, log);
   } catch (error) {
-    console.error(`lockd: ${error instanceof Error ? error.message : error}`);
+    log.error(error instanceof Error ? error.message : String(error), { event: "fatal" });
     return 1;
   }
   let server: LockServer;
@@ -80,16 +80,17 @@ export async function main(args: string[]): Promise<number> {
       credentials: security.credentials,
       sessionGraceMs: config.sessionGraceMs,
       tls: security.tls,
-      onRole: (role, why) => console.error(`lockd: ${self} is ${role} (${why})`),
+      onRole: (role, why) => log.info(`${self} is ${role} (${why})`, { event: "role", role }),
     });
   } catch (error) {
-    if (error instanceof Deno.errors.AddrInUse) {
-      console.error(
-        `lockd: ${formatHostPort(config.listen)} is already in use; choose another --listen`,
-      );
-    } else {
-      console.error(`lockd: ${error instanceof Error ? error.message : error}`);
-    }
+    log.error(
+      error instanceof Deno.errors.AddrInUse
+        ? `${formatHostPort(config.listen)} is already in use; choose another --listen`
+        : error instanceof Error
+        ? error.message
+        : String(error),
+      { event: "fatal" },
+    );
     security.close();
     return 1;
   }
@@ -97,10 +98,10 @@ export async function main(args: string[]): Promise<number> {
   // forward it too: repeated signals while stopping are the same request, not an escalation.
   let stopping = false;
   let bridge: BridgeServer | undefined;
-  const onSignal = async () => {
+  const onSignal = async (signal: Deno.Signal) => {
     if (stopping) return;
     stopping = true;
-    console.error("lockd: shutting down");
+    log.info(`shutting down (${signal})`, { event: "shutdown", signal });
     // The bridge first, while this node can still take its sessions' releases.
     await bridge?.shutdown();
     await server.shutdown();
@@ -110,7 +111,8 @@ export async function main(args: string[]): Promise<number> {
   const names: Deno.Signal[] = Deno.build.os === "windows"
     ? ["SIGINT"]
     : ["SIGINT", "SIGTERM", "SIGHUP"];
-  for (const name of names) Deno.addSignalListener(name, onSignal);
+  const handlers = names.map((name) => [name, () => onSignal(name)] as const);
+  for (const [name, handler] of handlers) Deno.addSignalListener(name, handler);
   const { hostname, port } = server.addr;
   if (config.bridge !== undefined) {
     // The bridge relays through a client of this node (of the whole cluster, so that it
@@ -139,7 +141,9 @@ export async function main(args: string[]): Promise<number> {
       });
     } catch (error) {
       const why = error instanceof Error ? error.message : String(error);
-      console.error(`lockd: cannot serve the bridge on ${formatHostPort(config.bridge)}: ${why}`);
+      log.error(`cannot serve the bridge on ${formatHostPort(config.bridge)}: ${why}`, {
+        event: "fatal",
+      });
       await server.shutdown();
       return 1;
     }
@@ -153,7 +157,7 @@ export async function main(args: string[]): Promise<number> {
   const code = await server.finished;
   await bridge?.shutdown(); // After a fatal stop: the bridge has nothing left to relay to.
   security.close();
-  for (const name of names) Deno.removeSignalListener(name, onSignal);
+  for (const [name, handler] of handlers) Deno.removeSignalListener(name, handler);
   return code;
 }
 
@@ -163,7 +167,7 @@ if (import.meta.main) {
     code = await main(Deno.args);
   } catch (error) {
     // e.g. stdout closed or full while printing --help: say so, without a stack trace.
-    console.error(`lockd: ${error instanceof Error ? error.message : error}`);
+    stderrLogger().error(error instanceof Error ? error.message : String(error));
     code = 1;
   }
   Deno.exit(code);

@@ -139,6 +139,11 @@ export class SessionGrace {
     this.#graceMs = graceMs;
   }
 
+  /** Sessions with a connection open or within their grace period. */
+  get size(): number {
+    return this.#open.size + this.#deadlines.size;
+  }
+
   /** Whether `session` has a connection open now. */
   live(session: string): boolean {
     return this.#open.has(session);

@@ -8,10 +8,12 @@
  * @module
  */
 
+import denoJson from "../deno.json" with { type: "json" };
 import { DEFAULT_MAX_LEASE_MS, type Refusal, SHUTTING_DOWN } from "../client/codec.ts";
+import type { LocksPage, NodeStatus } from "../client/codec.ts";
 import { Acceptor } from "./accept.ts";
 import { Batch } from "./batch.ts";
-import type { HostPort } from "./cli.ts";
+import { formatHostPort, type HostPort } from "./cli.ts";
 import type { Role } from "./cluster/election.ts";
 import { realScheduler, TcpPeerNetwork } from "./cluster/network.ts";
 import { ClusterNode } from "./cluster/node.ts";
@@ -20,6 +22,8 @@ import { PeerInbound } from "./cluster/peer_inbound.ts";
 import type { ReplicationMode } from "./cluster/replication.ts";
 import { decodePeer } from "./cluster/peer_codec.ts";
 import { LockTable } from "./engine/lock_table.ts";
+import { Metrics } from "./metrics.ts";
+import { Report } from "./report.ts";
 import { type Logger, stderrLogger } from "./log.ts";
 import {
   ClientSession,
@@ -115,6 +119,8 @@ export class LockServer {
   #sessions: Sessions;
   #tls: LockServerOptions["tls"];
   #parked: { session: ClientSession; line: string }[] = [];
+  #metrics: Metrics;
+  #report: Report;
   #stopping = false;
   #exitCode = 0;
   #finished: Promise<number>;
@@ -133,9 +139,14 @@ export class LockServer {
     this.#tls = options.tls;
     const turn = options.clock === undefined ? turnClock() : undefined;
     const clock = options.clock ?? turn!.now;
+    const metrics = this.#metrics = new Metrics({
+      clock,
+      now: options.clock ?? (() => performance.now()),
+    });
     this.#table = new LockTable<Ticket>({
       clock,
       nextToken: () => tokens.next(),
+      counts: metrics.counts,
       // Only a cluster's active needs the change feed: a single node skips its cost.
       hooks: options.cluster === undefined ? ticketHooks : {
         ...ticketHooks,
@@ -169,7 +180,23 @@ export class LockServer {
       owners: sessions.owners,
       grace: sessions.grace,
       later: (ms, fn) => sessions.later(ms, fn),
+      inspect: { clock, owners: sessions.owners, status: () => this.status() },
+      metrics,
     };
+    this.#report = new Report({
+      address: options.cluster?.self ?? formatHostPort(listener.addr as Deno.NetAddr),
+      version: denoJson.version,
+      clock,
+      table: this.#table,
+      tokens,
+      metrics,
+      owners: sessions.owners,
+      connections: () => this.#acceptor.clients.size,
+      sessions: () => sessions.grace.size,
+      cluster: () => this.#cluster,
+      replication: options.cluster?.replication ?? "async",
+      stopping: () => this.#stopping,
+    });
     this.#ticker = new Ticker(this.#table, {
       clock: options.clock ?? (() => performance.now()),
       refresh: turn?.refresh,
@@ -180,6 +207,7 @@ export class LockServer {
     this.#batch.onEnd(() => {
       this.#ticker.arm();
       sessions.arm();
+      metrics.tick();
     });
     this.#finished = new Promise((resolve) => this.#finish = resolve);
     const { promise: ready, resolve: settled } = Promise.withResolvers<Role>();
@@ -205,7 +233,10 @@ export class LockServer {
         const hello = decodePeer(line);
         const node = this.#cluster!;
         const refuse = (why: string) => {
-          log.warn(`refused a peer handshake from ${socket.remote}: ${why}`);
+          log.warn(`refused a peer handshake from ${socket.remote}: ${why}`, {
+            event: "peer-refused",
+            remote: socket.remote,
+          });
           return null;
         };
         if (hello.type !== "PEER") return refuse("malformed");
@@ -245,6 +276,7 @@ export class LockServer {
       log,
       // Sync replication: a client's replies wait for the standbys' acknowledgement.
       replies: cluster?.replication === "sync" ? this.#cluster?.stream : undefined,
+      refused: () => metrics.reject("limits"),
     });
   }
 
@@ -258,11 +290,17 @@ export class LockServer {
   static start(options: LockServerOptions = {}): Promise<LockServer> {
     const log = options.log ?? stderrLogger();
     const self: { server?: LockServer } = {};
-    const tokens = TokenStore.open(options.dataDir ?? "./lockd-data", {
+    const dataDir = options.dataDir ?? "./lockd-data";
+    const tokens = TokenStore.open(dataDir, {
       // A cluster's active announces every reserved block to its standbys before using it.
       onReserve: (mark) => self.server?.cluster?.stream.reserved(mark),
-      log: (message) => log.error(message),
+      log,
     });
+    log.info(
+      `data directory "${dataDir}": fencing tokens continue after ${tokens.last} ` +
+        `(reserved up to ${tokens.reserved})`,
+      { event: "start", dataDir, last: tokens.last, reserved: tokens.reserved },
+    );
     let listener: Deno.Listener;
     try {
       const where = { hostname: options.hostname ?? "127.0.0.1", port: options.port ?? 7321 };
@@ -295,6 +333,31 @@ export class LockServer {
   /** Resolves with the process exit code once the server has stopped. */
   get finished(): Promise<number> {
     return this.#finished;
+  }
+
+  /** This node's status (`S -`, `/status`; docs/protocol.md, "Inspection"), in any role. */
+  status(): NodeStatus {
+    return this.#report.status();
+  }
+
+  /**
+   * Up to `limit` (1–1000) held keys starting with `prefix` (`""`: all), after `after`, in
+   * key order (`/locks`). Reads this node's table as it stands (a standby's: its replica).
+   *
+   * @throws {RangeError} For a `limit` that is not a whole number from 1 to 1000.
+   */
+  locks(prefix: string, limit: number, after?: string): LocksPage {
+    return this.#report.locks(prefix, limit, after);
+  }
+
+  /** This node's metrics in the Prometheus text format (`/metrics`; names `lockd_*`). */
+  metricsText(): string {
+    return this.#report.metricsText();
+  }
+
+  /** `/readyz`: the active while it serves, or a standby in sync; a single node until it stops. */
+  isReady(): boolean {
+    return this.#report.isReady();
   }
 
   /**
@@ -331,6 +394,8 @@ export class LockServer {
     this.#batch.stop();
     try {
       await this.#tokens.close();
+      const mark = this.#tokens.last;
+      this.#log.info(`stopped; token mark ${mark} saved`, { event: "stop", mark });
     } catch (error) {
       this.#log.error(error instanceof Error ? error.message : String(error));
       this.#exitCode = 1;
@@ -367,6 +432,7 @@ export class LockServer {
       clock,
       answerQueued: (refusal) => this.#answerQueued(refusal),
       unpark: () => this.#unpark(),
+      promoted: (how) => this.#metrics.promoted(how),
       resumeTimers: () => this.#ticker.fire(),
       roleChanged,
       log: this.#log,
@@ -395,12 +461,14 @@ export class LockServer {
   #unpark(): void {
     const parked = this.#parked;
     this.#parked = [];
-    for (const { session, line } of parked) session.line(line);
+    for (const { session, line } of parked) session.resume(line);
     this.#batch.soon();
   }
 
   #fatal(error: Error | unknown): void {
-    this.#log.error(`${error instanceof Error ? error.message : error}; stopping`);
+    this.#log.error(`${error instanceof Error ? error.message : error}; stopping`, {
+      event: "fatal",
+    });
     this.#exitCode = 1;
     queueMicrotask(() => this.shutdown());
   }

@@ -12,10 +12,14 @@ import {
   extendReply,
   grantReply,
   invalidLineError,
+  isInspection,
   OUTSIDE_PREFIX,
+  parseInspection,
   parseRequest,
+  PROBE,
   type Refusal,
   refusalReply,
+  type RejectionReason,
   releaseReply,
   type RequestError,
   timeoutReply,
@@ -26,6 +30,8 @@ import type { LineHandler } from "./line_socket.ts";
 import { answerHello, type HelloContext, type Identity, isHello } from "./hello.ts";
 import type { Owners, SessionGrace } from "./owners.ts";
 import { TokensExhaustedError } from "./tokens.ts";
+import { type Inspection, inspectKeyReply, locksPageReply, statusReplyOf } from "./inspect.ts";
+import { type Metrics, reasonOf } from "./metrics.ts";
 
 /** Where a session's replies go: a connection, or a test double. */
 export interface ReplySink {
@@ -74,6 +80,10 @@ export interface SessionContext {
   grace?: SessionGrace;
   /** Runs `fn` after `ms` (a failed hello's answer is delayed). */
   later?(ms: number, fn: () => void): void;
+  /** Answers `I`, `L` and `S` (docs/protocol.md, "Inspection"); without it they are unknown ops. */
+  inspect?: Inspection;
+  /** Where requests, their latency and rejections are counted. */
+  metrics?: Metrics;
 }
 
 /** One queued acquire: its place among the replies of its key. */
@@ -113,6 +123,8 @@ export class ClientSession implements LineHandler {
   #refused = false;
   /** Owner ids of this connection's grants (unbound, bound), valid for one owners epoch. */
   #owner = { epoch: -1, unbound: 0, bound: 0 };
+  /** Replies decided at once so far (a timed request is observed if it was). */
+  #answered = 0;
   #send = (entry: Ticket) => {
     this.#sink.hold?.(-(entry.reply!.length + 1));
     this.#sink.send(entry.reply!);
@@ -129,8 +141,22 @@ export class ClientSession implements LineHandler {
     return this.#identity;
   }
 
-  /** Handles one request line. */
+  /** Handles one request line (counted, and one in a few timed, when metrics are on). */
   line(text: string): void {
+    const metrics = this.#ctx.metrics;
+    const start = metrics === undefined ? -1 : metrics.request();
+    if (start < 0) return this.#line(text);
+    const answered = this.#answered;
+    this.#line(text);
+    if (this.#answered !== answered) metrics!.answered(start);
+  }
+
+  /** Handles a line parked earlier (not counted again). */
+  resume(text: string): void {
+    this.#line(text);
+  }
+
+  #line(text: string): void {
     // A request parked while the role was unsettled, whose connection closed meanwhile:
     // nothing may be granted to it.
     if (this.#closed || this.#refused) return;
@@ -141,10 +167,18 @@ export class ClientSession implements LineHandler {
     if (this.#identity === undefined && this.#ctx.hello?.credentials?.() !== undefined) {
       // With auth on, the first line must be a valid hello.
       const [op, key] = text.split(" ", 2);
+      const remote = this.#sink.remote ?? "-";
+      this.#ctx.hello?.log?.warn(`refused ${remote}: its first line was not a hello`, {
+        event: "auth-refused",
+        remote,
+      });
       this.#refuse(errorReply(op || "-", key || "-", AUTH_REQUIRED), 0);
       return;
     }
     this.#started = true;
+    if (this.#ctx.inspect !== undefined && isInspection(text)) {
+      return this.#inspect(text, this.#ctx.inspect);
+    }
     const gate = this.#ctx.gate?.();
     if (gate?.kind === "park") {
       this.#ctx.park!(this, text);
@@ -158,18 +192,17 @@ export class ClientSession implements LineHandler {
     const { op, key } = request;
     const prefix = this.#identity?.prefix;
     if (prefix && !key.startsWith(prefix)) {
+      this.#count("prefix");
       this.#reply(op, key, errorReply(op, key, OUTSIDE_PREFIX));
       return;
     }
-    if (gate?.kind === "refuse") {
-      this.#reply(op, key, refusalReply(op, key, gate.refusal));
-      return;
-    }
+    if (gate?.kind === "refuse") return this.#refusal(op, key, gate.refusal);
     const table = this.#ctx.table;
     try {
       switch (request.op) {
         case "A": {
           if (this.#waiting >= MAX_QUEUED_PER_CONNECTION) {
+            this.#count("limits");
             this.#reply(
               op,
               key,
@@ -178,6 +211,7 @@ export class ClientSession implements LineHandler {
             return;
           }
           if (request.session && this.#identity?.session === undefined) {
+            this.#count("bad_request");
             this.#reply(op, key, errorReply(op, key, "a session-bound acquire needs a session"));
             return;
           }
@@ -193,17 +227,62 @@ export class ClientSession implements LineHandler {
           return;
         }
         case "R":
-          this.#sink.send(releaseReply(key, table.release(key, request.token)));
+          this.#reply(op, key, releaseReply(key, table.release(key, request.token)));
           return;
         case "X":
-          this.#sink.send(extendReply(key, table.extend(key, request.token, request.leaseMs)));
+          this.#reply(op, key, extendReply(key, table.extend(key, request.token, request.leaseMs)));
           return;
       }
     } catch (error) {
-      if (!(error instanceof TokensExhaustedError)) throw error;
-      this.#reply(op, key, errorReply(op, key, "fencing tokens are exhausted"));
-      this.#ctx.fatal(error);
+      this.#exhausted(op, key, error);
     }
+  }
+
+  /** `I` and `L` (served like any request: gate, prefix), and `S` (answered in every role). */
+  #inspect(text: string, inspection: Inspection): void {
+    const request = parseInspection(text);
+    if ("kind" in request) return this.#reject(request);
+    const { op, key } = request;
+    if (request.op === "S") return this.#reply(op, key, statusReplyOf(inspection));
+    const gate = this.#ctx.gate?.();
+    if (gate?.kind === "park") return this.#ctx.park!(this, text);
+    const allowed = this.#identity?.prefix ?? "";
+    if (!(request.op === "I" ? key : request.prefix ?? allowed).startsWith(allowed)) {
+      this.#count("prefix");
+      return this.#reply(op, key, errorReply(op, key, OUTSIDE_PREFIX));
+    }
+    if (gate?.kind === "refuse") return this.#refusal(op, key, gate.refusal);
+    const table = this.#ctx.table;
+    try {
+      table.advance(); // Settles what is due, as every request does; changes nothing else.
+    } catch (error) {
+      return this.#exhausted(op, key, error);
+    }
+    this.#reply(
+      op,
+      key,
+      request.op === "I"
+        ? inspectKeyReply(table, inspection, request)
+        : locksPageReply(table, inspection, request, allowed),
+    );
+  }
+
+  /** Answers a refusal of the gate (`M`, or `E` counted by its reason). */
+  #refusal(op: string, key: string, refusal: Refusal): void {
+    if (refusal.status === "E") this.#count(reasonOf(refusal.text));
+    this.#reply(op, key, refusalReply(op, key, refusal));
+  }
+
+  /** The token source is exhausted (anything else is rethrown): `E`, and the server stops. */
+  #exhausted(op: string, key: string, error: unknown): void {
+    if (!(error instanceof TokensExhaustedError)) throw error;
+    this.#count("other");
+    this.#reply(op, key, errorReply(op, key, "fencing tokens are exhausted"));
+    this.#ctx.fatal(error);
+  }
+
+  #count(reason: RejectionReason): void {
+    this.#ctx.metrics?.reject(reason);
   }
 
   /** Answers a line that is not valid UTF-8 with `E` (see {@linkcode invalidLineError}). */
@@ -228,6 +307,7 @@ export class ClientSession implements LineHandler {
   answerQueued(ticket: Ticket, refusal: Refusal): void {
     if (ticket.waiter === undefined) return;
     this.#ctx.table.cancel(ticket.waiter);
+    if (refusal.status === "E") this.#count(reasonOf(refusal.text));
     this.settle(ticket, refusalReply("A", ticket.key, refusal));
   }
 
@@ -262,13 +342,14 @@ export class ClientSession implements LineHandler {
     if (outcome.kind === "ok") {
       this.#identity = outcome.identity;
       if (outcome.identity.session !== undefined) ctx.grace?.attach(outcome.identity.session);
-    }
+    } else this.#count("bad_request");
     this.#sink.send(outcome.reply);
   }
 
   /** Answers `reply` after `delayMs`, then closes; nothing else is answered meanwhile. */
   #refuse(reply: string, delayMs: number): void {
     this.#refused = true;
+    this.#count("auth");
     const answer = () => {
       this.#sink.send(reply);
       this.#sink.close?.();
@@ -296,11 +377,13 @@ export class ClientSession implements LineHandler {
   }
 
   #reject(error: RequestError): void {
+    if (error.op !== PROBE) this.#count("bad_request");
     this.#reply(error.op, error.key, errorReply(error.op, error.key, error.message));
   }
 
   /** Sends a reply to (op, key), behind any earlier unanswered acquire of the same key. */
   #reply(op: string, key: string, line: string): void {
+    this.#answered++;
     if (op !== "A" || !this.#order.has(key)) {
       this.#sink.send(line);
       return;

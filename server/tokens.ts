@@ -9,6 +9,7 @@
  */
 
 import { MAX_TOKEN } from "../client/codec.ts";
+import { type Logger, stderrLogger } from "./log.ts";
 
 /** Tokens would pass 2^64-1: no more grants can be made safely. */
 export class TokensExhaustedError extends Error {
@@ -37,8 +38,8 @@ export interface TokenStoreOptions {
    * is issued (a cluster's active announces it to its standbys).
    */
   onReserve?: (mark: bigint) => void;
-  /** Where a failed background reservation is reported. Default: stderr. */
-  log?: (message: string) => void;
+  /** Where reservations (debug) and failed background ones (error) go. Default: stderr. */
+  log?: Logger;
 }
 
 const FILE = "tokens";
@@ -72,7 +73,7 @@ export class TokenStore {
   #writing: Promise<void> | null = null;
   #closed = false;
   #onReserve: ((mark: bigint) => void) | undefined;
-  #log: (message: string) => void;
+  #log: Logger;
 
   private constructor(
     dir: string,
@@ -85,7 +86,7 @@ export class TokenStore {
     this.#lockFile = lockFile;
     this.#block = options?.block ?? 1_000_000n;
     this.#onReserve = options?.onReserve;
-    this.#log = options?.log ?? ((message) => console.error(`lockd: ${message}`));
+    this.#log = options?.log ?? stderrLogger();
     this.#last = stored;
     this.#durable = stored;
   }
@@ -198,6 +199,14 @@ export class TokenStore {
     this.#onReserve?.(mark);
     this.#write(mark, "tmp-sync");
     this.#durable = mark;
+    this.#logReserved(mark);
+  }
+
+  #logReserved(mark: bigint): void {
+    this.#log.debug(`reserved fencing tokens up to ${mark} in "${this.#dir}"`, {
+      event: "tokens-reserved",
+      mark,
+    });
   }
 
   #reserveAsync(target: bigint): void {
@@ -210,9 +219,12 @@ export class TokenStore {
       if (!this.#closed && mark > this.#durable) {
         Deno.renameSync(tmp, this.#path);
         this.#durable = mark;
+        this.#logReserved(mark);
       } else Deno.removeSync(tmp);
     }).catch((error) => {
-      this.#log(`could not reserve fencing tokens in "${this.#dir}": ${describe(error)}`);
+      this.#log.error(`could not reserve fencing tokens in "${this.#dir}": ${describe(error)}`, {
+        event: "tokens-failed",
+      });
     }).finally(() => {
       this.#writing = null;
     });

@@ -51,6 +51,8 @@ Deno.test("parseConfig() gives the defaults of docs/server.md", () => {
     tls: undefined,
     tlsCaFile: undefined,
     bridgeTokenFile: undefined,
+    logFormat: "text",
+    logLevel: "info",
   };
   assert.deepEqual(config, expected);
 });
@@ -166,6 +168,20 @@ const FLAG_CASES: FlagCase[] = [
     other: "0.2",
     check: (c, v) => assert.equal(c.failoverTimeoutMs, v === "value" ? 3000 : 200),
   },
+  {
+    flag: "--log-format",
+    env: "LOCKD_LOG_FORMAT",
+    value: "json",
+    other: "text",
+    check: (c, v) => assert.equal(c.logFormat, v === "value" ? "json" : "text"),
+  },
+  {
+    flag: "--log-level",
+    env: "LOCKD_LOG_LEVEL",
+    value: "warn",
+    other: "debug",
+    check: (c, v) => assert.equal(c.logLevel, v === "value" ? "warn" : "debug"),
+  },
 ];
 
 Deno.test("parseConfig() reads every flag and its LOCKD_* variable; the flag wins", async (t) => {
@@ -200,6 +216,8 @@ Deno.test("parseConfig() reads every flag and its LOCKD_* variable; the flag win
           "--bridge": "bridge",
           "--heartbeat": "heartbeatMs",
           "--failover-timeout": "failoverTimeoutMs",
+          "--log-format": "logFormat",
+          "--log-level": "logLevel",
         }[c.flag];
         if (key !== touched) assert.deepEqual(config[key], defaults[key], key);
       }
@@ -246,6 +264,10 @@ Deno.test("parseConfig() takes all flags together", () => {
     "/etc/lockd/ca.pem",
     "--bridge-token-file",
     "/etc/lockd/bridge.tokens",
+    "--log-format",
+    "json",
+    "--log-level",
+    "error",
   ], envOf());
   assert.deepEqual(config, {
     help: false,
@@ -268,6 +290,8 @@ Deno.test("parseConfig() takes all flags together", () => {
     tls: { certFile: "/etc/lockd/node.pem", keyFile: "/etc/lockd/node.key" },
     tlsCaFile: "/etc/lockd/ca.pem",
     bridgeTokenFile: "/etc/lockd/bridge.tokens",
+    logFormat: "json",
+    logLevel: "error",
   });
 });
 
@@ -385,6 +409,10 @@ Deno.test("parseConfig() throws UsageError for a bad command line", async (t) =>
     [["--failover-timeout", "0.1"], /--heartbeat.*--failover-timeout/],
     [["--replication", "quorum"], /--replication must be async or sync/],
     [["--replication", "SYNC"], /--replication must be async or sync/],
+    [["--log-format", "xml"], /--log-format must be text or json, got "xml"/],
+    [["--log-format", "JSON"], /--log-format must be text or json/],
+    [["--log-level", "verbose"], /--log-level must be debug, info, warn or error, got "verbose"/],
+    [["--log-level", "trace"], /--log-level must be debug, info, warn or error/],
   ];
   for (const [args, message] of cases) {
     await t.step(JSON.stringify(args), () => {
@@ -405,6 +433,8 @@ Deno.test("parseConfig() throws UsageError for a bad LOCKD_* variable", async (t
     ["LOCKD_MAX_CONNECTIONS", "0"],
     ["LOCKD_HEARTBEAT", "abc"],
     ["LOCKD_FAILOVER_TIMEOUT", "0"],
+    ["LOCKD_LOG_FORMAT", "logfmt"],
+    ["LOCKD_LOG_LEVEL", "warning"],
   ];
   for (const [name, value] of cases) {
     await t.step(`${name}=${value}`, () => {

@@ -600,7 +600,7 @@ Deno.test("main exits 1 with a clear message on a corrupt token mark", async () 
     assert.equal(result.timedOut, false, "lockd must not start with a corrupt mark");
     assert.equal(result.code, 1, result.stderr);
     assert.equal(result.stdout, "");
-    assert.match(result.stderr, /^lockd: /);
+    assert.match(result.stderr, /^\S+Z ERROR /, "a timestamped error line");
     assert.match(result.stderr, /corrupt/);
     assert.ok(result.stderr.includes(`${dir}/tokens`), result.stderr);
     assert.match(result.stderr, /number above every token/);
@@ -617,7 +617,7 @@ Deno.test("main exits 1 with a clear message on an unusable data dir", async () 
     assert.equal(result.timedOut, false, "lockd must not start without its data dir");
     assert.equal(result.code, 1, result.stderr);
     assert.equal(result.stdout, "");
-    assert.match(result.stderr, /^lockd: /);
+    assert.match(result.stderr, /^\S+Z ERROR /, "a timestamped error line");
     assert.ok(result.stderr.includes(dataDir), result.stderr);
     assert.match(result.stderr, /--data-dir/);
     assert.ok(!/^\s+at /m.test(result.stderr), "no stack trace");

@@ -8,8 +8,11 @@
 
 import { parseToken } from "./fields.ts";
 
-/** Status letters of a reply (docs/protocol.md); `OK` answers a hello. */
-export type Status = "A" | "T" | "R" | "X" | "N" | "M" | "E" | "OK";
+/**
+ * Status letters of a reply (docs/protocol.md); `OK` answers a hello; `I` (held) and `F`
+ * (free) answer `I`, `S` answers `S` and `L` answers `L` (docs/protocol.md, "Inspection").
+ */
+export type Status = "A" | "T" | "R" | "X" | "N" | "M" | "E" | "OK" | "I" | "F" | "S" | "L";
 
 /** A reply line, split into its parts. */
 export interface Reply {
@@ -21,9 +24,15 @@ export interface Reply {
   status: Status;
   /** The fencing token of an `A` status. */
   token?: bigint;
-  /** The address of an `M` status or the message of an `E` status. */
+  /**
+   * The address of an `M` status, the message of an `E` status, or what follows the status
+   * of an `I`, `S` or `L` reply (see `keyStateOf`, `nodeStatusOf`, `locksPageOf`).
+   */
   text?: string;
 }
+
+/** The statuses followed by a value (`text`). */
+const TEXT_STATUSES: ReadonlySet<Status> = new Set(["M", "E", "I", "S", "L"]);
 
 /**
  * Formats a reply line (without line ending): `<op> <key> <status> [<value>]`.
@@ -38,7 +47,7 @@ export interface Reply {
 export function formatReply(reply: Reply): string {
   const head = `${reply.op} ${reply.key} ${reply.status}`;
   if (reply.status === "A") return `${head} ${reply.token}`;
-  if (reply.text !== undefined && (reply.status === "M" || reply.status === "E")) {
+  if (reply.text !== undefined && TEXT_STATUSES.has(reply.status)) {
     return `${head} ${reply.text}`;
   }
   return head;
@@ -70,7 +79,9 @@ export function parseReply(line: string): Reply | undefined {
     (op === "HELLO" && status === "OK") ||
     (op === "A" && (status === "A" || status === "T")) ||
     (op === "R" && (status === "R" || status === "N")) ||
-    (op === "X" && (status === "X" || status === "N"));
+    (op === "X" && (status === "X" || status === "N")) ||
+    (op === "I" && (status === "I" || status === "F")) ||
+    (op === "S" && status === "S") || (op === "L" && status === "L");
   if (!fits) return undefined;
   switch (status) {
     case "A": {
@@ -82,8 +93,12 @@ export function parseReply(line: string): Reply | undefined {
     case "X":
     case "N":
     case "OK":
+    case "F":
       return value === undefined ? { op, key, status } : undefined;
     case "M":
+    case "I":
+    case "S":
+    case "L":
       return value ? { op, key, status, text: value } : undefined;
     default:
       return { op, key, status: "E", text: value ?? "" };

@@ -107,6 +107,7 @@ function parseAddress(text) {
 // client/codec/fields.ts
 var MAX_TOKEN = 18446744073709551615n;
 var MAX_KEY_BYTES = 250;
+var SECONDS = /^[0-9]+(?:\.[0-9]+)?$/;
 var TOKEN = /^[1-9][0-9]{0,19}$/;
 var BAD_KEY_CHAR = /[\s\p{Cc}]/u;
 function utf8Length(text) {
@@ -133,6 +134,20 @@ function keyError(key) {
   if (!key.isWellFormed()) return "key must be valid Unicode (no lone surrogates)";
   return void 0;
 }
+function parseSeconds(text) {
+  if (!SECONDS.test(text)) return NaN;
+  const dot = text.indexOf(".");
+  const whole = dot < 0 ? text : text.slice(0, dot);
+  const fraction = dot < 0 ? "" : text.slice(dot + 1);
+  const digits = whole.replace(/^0+/, "");
+  if (digits.length > 12) return Infinity;
+  let ms = Number(digits || "0") * 1e3;
+  if (fraction.length > 0) {
+    ms += Number((fraction + "00").slice(0, 3));
+    if (/[1-9]/.test(fraction.slice(3))) ms += 1;
+  }
+  return ms;
+}
 function parseToken(text) {
   if (!TOKEN.test(text)) return void 0;
   const token = BigInt(text);
@@ -158,7 +173,7 @@ function parseReply(line) {
   const status = line.slice(second + 1, third < 0 ? line.length : third);
   const value = third < 0 ? void 0 : line.slice(third + 1);
   if (op === "" || key === "") return void 0;
-  const fits = status === "E" || status === "M" && op !== "-" || op === "HELLO" && status === "OK" || op === "A" && (status === "A" || status === "T") || op === "R" && (status === "R" || status === "N") || op === "X" && (status === "X" || status === "N");
+  const fits = status === "E" || status === "M" && op !== "-" || op === "HELLO" && status === "OK" || op === "A" && (status === "A" || status === "T") || op === "R" && (status === "R" || status === "N") || op === "X" && (status === "X" || status === "N") || op === "I" && (status === "I" || status === "F") || op === "S" && status === "S" || op === "L" && status === "L";
   if (!fits) return void 0;
   switch (status) {
     case "A": {
@@ -175,12 +190,16 @@ function parseReply(line) {
     case "X":
     case "N":
     case "OK":
+    case "F":
       return value === void 0 ? {
         op,
         key,
         status
       } : void 0;
     case "M":
+    case "I":
+    case "S":
+    case "L":
       return value ? {
         op,
         key,
@@ -221,6 +240,86 @@ function releaseLine(key, token) {
 }
 function extendLine(key, token, leaseMs) {
   return `X ${key} ${token} ${formatSeconds(leaseMs)}`;
+}
+
+// client/codec/inspect.ts
+var MAX_LOCKS_LIMIT = 1e3;
+function inspectLine(key) {
+  return `I ${key}`;
+}
+function statusLine() {
+  return "S -";
+}
+function locksLine(prefix, limit, after2) {
+  const head = `L ${prefix || "-"} ${limit}`;
+  return after2 === void 0 ? head : `${head} ${after2}`;
+}
+function keyStateOf(reply) {
+  if (reply.op !== "I") return void 0;
+  if (reply.status === "F") return {
+    key: reply.key,
+    held: false,
+    waiters: 0
+  };
+  if (reply.status !== "I" || reply.text === void 0) return void 0;
+  const f = reply.text.split(" ");
+  if (f.length !== 4) return void 0;
+  const token = parseToken(f[0]);
+  const leaseMs = parseSeconds(f[1]);
+  if (token === void 0 || !Number.isFinite(leaseMs) || !/^(0|[1-9][0-9]*)$/.test(f[2])) {
+    return void 0;
+  }
+  const state = {
+    key: reply.key,
+    held: true,
+    token,
+    leaseLeft: leaseMs / 1e3,
+    waiters: Number(f[2])
+  };
+  if (f[3] !== "-") state.holder = f[3];
+  return state;
+}
+function keyStateOfInfo(info) {
+  if (typeof info !== "object" || info === null) return void 0;
+  const { key, token, holder, leaseLeftSeconds, waiters } = info;
+  if (typeof key !== "string" || typeof token !== "string") return void 0;
+  const parsed = parseToken(token);
+  if (parsed === void 0 || holder !== null && typeof holder !== "string" || typeof leaseLeftSeconds !== "number" || !(leaseLeftSeconds >= 0) || !Number.isInteger(waiters) || waiters < 0) {
+    return void 0;
+  }
+  const state = {
+    key,
+    held: true,
+    token: parsed,
+    leaseLeft: leaseLeftSeconds,
+    waiters
+  };
+  if (typeof holder === "string") state.holder = holder;
+  return state;
+}
+function locksPageOf(reply) {
+  if (reply.op !== "L" || reply.status !== "L" || reply.text === void 0) return void 0;
+  const page = parseJson(reply.text);
+  if (!Array.isArray(page?.locks) || typeof page.more !== "boolean") return void 0;
+  return {
+    locks: page.locks,
+    more: page.more
+  };
+}
+function nodeStatusOf(reply) {
+  if (reply.op !== "S" || reply.status !== "S" || reply.text === void 0) return void 0;
+  const status = parseJson(reply.text);
+  if (typeof status?.address !== "string" || typeof status.role !== "string" || typeof status.version !== "string") {
+    return void 0;
+  }
+  return status;
+}
+function parseJson(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return void 0;
+  }
 }
 
 // client/codec/hello.ts
@@ -355,13 +454,19 @@ var LockAbortedError = class extends LockError {
 };
 
 // client/timer.ts
+var unrefTimer;
+function unref(id) {
+  if (typeof id === "number") unrefTimer?.(id);
+  else id.unref?.();
+}
 var MAX_TIMEOUT_MS = 2 ** 31 - 1;
-function after(ms, fn) {
+function after(ms, fn, weak = false) {
   const due = performance.now() + Math.max(0, ms);
   let id;
   const arm = () => {
     const left = due - performance.now();
     id = left > MAX_TIMEOUT_MS ? setTimeout(arm, MAX_TIMEOUT_MS) : setTimeout(fn, Math.max(0, left));
+    if (weak) unref(id);
   };
   arm();
   return () => clearTimeout(id);
@@ -386,6 +491,7 @@ var LockHandle = class {
   #expiryTimer;
   #renewTimer;
   #released;
+  #detached = false;
   /** Made by the client on a grant; not for direct use. */
   constructor(key, token, owner, state) {
     this.key = key;
@@ -447,8 +553,15 @@ var LockHandle = class {
     }
     return this.#released;
   }
-  /** Releases the lock at the end of an `await using` block. */
+  /** Forgets the lock on this client's side (see {@linkcode Lock.detach}). */
+  detach() {
+    this.#detached = true;
+    this.#stopTimers();
+    this.#owner.forget(this);
+  }
+  /** Releases the lock at the end of an `await using` block (not once detached). */
   [Symbol.asyncDispose]() {
+    if (this.#detached) return Promise.resolve();
     return this.release();
   }
   /**
@@ -482,7 +595,7 @@ var LockHandle = class {
     }
     this.#leaseMs = leaseMs;
     this.#expiresAt = sentAt + leaseMs;
-    if (!this.#controller.signal.aborted) this.#schedule();
+    if (!this.#controller.signal.aborted && !this.#detached) this.#schedule();
   }
   #schedule() {
     this.#stopTimers();
@@ -572,6 +685,12 @@ function toMs(seconds, what) {
   }
   if (!isLease && seconds >= MAX_SECONDS) return 0;
   return Math.ceil(seconds * 1e3);
+}
+function checkGrant(key, token) {
+  checkKey(key);
+  if (typeof token !== "bigint" || token < 1n || token > MAX_TOKEN) {
+    throw new TypeError(`token must be a bigint from 1 to ${MAX_TOKEN}, got ${String(token)}`);
+  }
 }
 
 // client/managed_connection.ts
@@ -675,11 +794,14 @@ var ManagedConnection = class {
     if (transport === void 0) return Promise.reject(new ConnectionLost(this.address.key));
     return new Promise((settled, reject) => {
       const id = echoId(op, key);
-      if (this.#outstanding === 0) this.#lastReceived = performance.now();
+      if (this.#outstanding === 0) {
+        this.#lastReceived = performance.now();
+        transport.ref?.(true);
+      }
       this.#outstanding++;
       this.#watch();
       const done = (reply) => {
-        this.#outstanding--;
+        if (--this.#outstanding === 0) transport.ref?.(false);
         settled(reply);
       };
       let resolve = done;
@@ -828,7 +950,7 @@ var ManagedConnection = class {
     this.#reconnectTimer = after(this.#options.reconnectIntervalMs, () => {
       this.#reconnectTimer = void 0;
       this.connect();
-    });
+    }, true);
   }
   #shutdown() {
     this.#reconnectTimer?.();
@@ -1022,6 +1144,40 @@ var Router = class {
       return reply;
     }
   }
+  /**
+   * Sends one request to the node at `addressKey` itself (an address the client was given):
+   * no redirect is followed and no other node is asked. Tries each connection to it once,
+   * connecting it if needed.
+   *
+   * @throws {LockUnavailableError} No connection to that node could carry it.
+   * @throws {LockRejectedError} It refused this client's hello.
+   * @throws {LockError} The client closed.
+   */
+  async direct(addressKey, op, key, line) {
+    const connections = this.#connections.filter((c) => c.address.key === addressKey).sort((a, b) => Number(b.up) - Number(a.up));
+    let problem = "the client has no connection to it";
+    for (const connection of connections) {
+      if (this.#closed.aborted) throw new LockError("The client is closed");
+      if (!connection.up && !await connection.connect()) {
+        if (connection.refusal !== void 0) {
+          throw new LockRejectedError(op, key, connection.refusal);
+        }
+        problem = connection.lastError ?? "unreachable";
+        continue;
+      }
+      try {
+        return await connection.request(op, key, line);
+      } catch (error) {
+        if (!(error instanceof ConnectionLost)) throw error;
+        if (connection.refusal !== void 0) {
+          throw new LockRejectedError(op, key, connection.refusal);
+        }
+        problem = error.message;
+      }
+    }
+    if (this.#closed.aborted) throw new LockError("The client is closed");
+    throw new LockUnavailableError(`No usable connection to ${addressKey}: ${problem}`);
+  }
   #add(address) {
     const connection = new ManagedConnection(address, {
       connect: this.#options.connect,
@@ -1170,7 +1326,7 @@ async function release(ctx, key, token) {
   for (; ; ) {
     try {
       const reply = await within(ctx, until - performance.now(), ctx.router.exchange("R", key, () => releaseLine(key, token)), () => new LockUnavailableError(`Release of "${key}" not confirmed in time`));
-      if (reply.status === "R" || reply.status === "N") return;
+      if (reply.status === "R" || reply.status === "N") return reply.status === "R";
       throw unexpected(reply);
     } catch (error) {
       const retry = error instanceof LockUnavailableError && !closed.aborted && performance.now() + options.releaseRetryIntervalMs < until;
@@ -1187,6 +1343,78 @@ function within(ctx, ms, promise, late) {
   });
 }
 
+// client/inspect.ts
+function keyStateFrom(reply) {
+  if (reply.status !== "I" && reply.status !== "F") throw unexpected(reply);
+  const state = keyStateOf(reply);
+  if (state === void 0) throw new LockError(`Malformed reply to I "${reply.key}"`);
+  return state;
+}
+async function inspectKey(router, key) {
+  return keyStateFrom(await router.exchange("I", key, () => inspectLine(key)));
+}
+function locksOptions(options) {
+  const prefix = options.prefix || void 0;
+  if (prefix !== void 0) {
+    const problem = typeof prefix === "string" ? keyError(prefix) : "it is not a string";
+    if (problem !== void 0) {
+      throw new TypeError(`Invalid prefix ${JSON.stringify(prefix)}: ${problem}`);
+    }
+  }
+  const limit = options.limit ?? MAX_LOCKS_LIMIT;
+  if (!Number.isInteger(limit) || limit < 1) {
+    throw new TypeError(`limit must be a whole number above 0, got ${limit}`);
+  }
+  return {
+    prefix,
+    limit
+  };
+}
+async function listLocks(router, { prefix, limit }) {
+  const field = prefix ?? "-";
+  const out = [];
+  let after2;
+  for (; ; ) {
+    const want = Math.min(MAX_LOCKS_LIMIT, limit - out.length);
+    const reply = await router.exchange("L", field, () => locksLine(prefix, want, after2));
+    if (reply.status !== "L") throw unexpected(reply);
+    const page = locksPageOf(reply);
+    if (page === void 0) throw new LockError(`Malformed reply to L "${field}"`);
+    for (const info of page.locks.slice(0, want)) {
+      const state = keyStateOfInfo(info);
+      if (state === void 0) throw new LockError(`Malformed entry in a reply to L "${field}"`);
+      out.push(state);
+    }
+    if (!page.more || out.length >= limit || page.locks.length === 0) return out;
+    after2 = out[out.length - 1].key;
+  }
+}
+function nodeStatuses(router, addresses) {
+  return Promise.all(addresses.map(async (address) => {
+    try {
+      const reply = await router.direct(address, "S", "-", statusLine());
+      const status = nodeStatusOf(reply);
+      if (status !== void 0) return {
+        address,
+        status
+      };
+      if (reply.status === "E") return {
+        address,
+        error: reply.text ?? "refused"
+      };
+      return {
+        address,
+        error: `unexpected reply ${reply.status}`
+      };
+    } catch (error) {
+      return {
+        address,
+        error: error instanceof Error ? error.message : String(error)
+      };
+    }
+  }));
+}
+
 // client/client.ts
 var clientInternals = /* @__PURE__ */ new WeakMap();
 var LockClient = class {
@@ -1199,6 +1427,8 @@ var LockClient = class {
   #owner;
   #requests;
   #session;
+  /** The addresses the client was given (canonical forms), for `status()`. */
+  #addresses;
   /**
    * Creates a client and starts connecting in the background.
    *
@@ -1227,6 +1457,9 @@ var LockClient = class {
       addresses.set(address.key, address);
     }
     this.#options = resolveOptions(options, addresses.size);
+    this.#addresses = [
+      ...addresses.keys()
+    ];
     const resolved = this.#options;
     for (const address of addresses.values()) {
       if (address.scheme === "tls") address.caCerts = resolved.caCerts;
@@ -1251,13 +1484,13 @@ var LockClient = class {
     };
     this.#owner = {
       extend: (key, token, leaseMs) => extend(this.#requests, key, token, leaseMs),
-      release: (key, token) => release(this.#requests, key, token),
+      release: async (key, token) => void await release(this.#requests, key, token),
       forget: (lock) => this.#locks.delete(lock)
     };
     this.#router.start();
     clientInternals.set(this, {
       exchange: (op, key, line) => this.#router.exchange(op, key, () => line),
-      release: (key, token) => release(this.#requests, key, token)
+      release: async (key, token) => void await release(this.#requests, key, token)
     });
   }
   /** Number of managed connections (two for a single address). */
@@ -1374,6 +1607,104 @@ var LockClient = class {
     return result;
   }
   /**
+   * Inspects `key` without changing anything (`I`, docs/protocol.md, "Inspection"): its
+   * holder's token, client name and lease left (seconds), and how many acquires wait.
+   *
+   * @throws {LockUnavailableError} No connection could carry the request.
+   * @throws {LockRejectedError} The server refused it (outside the credential's prefix; a
+   * bridge, which does not relay inspection).
+   * @throws {TypeError} For an invalid key (nothing is sent).
+   *
+   * @example Who holds a key
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * const state = await client.inspect("orders:17");
+   * if (state.held) console.log(`${state.holder} holds it, ${state.leaseLeft} s left`);
+   * await client.close();
+   * ```
+   */
+  inspect(key) {
+    return this.#call(() => (checkKey(key), inspectKey(this.#router, key)));
+  }
+  /**
+   * Held keys, in key order (`L`, paged until done or `limit`, default 1000): the same
+   * fields as {@linkcode inspect}. Keys may change between pages.
+   *
+   * @throws {LockUnavailableError} No connection could carry a request.
+   * @throws {LockRejectedError} The server refused it (a prefix outside the credential's).
+   * @throws {TypeError} For an invalid prefix or limit (nothing is sent).
+   *
+   * @example Every held key under `orders:`
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * for (const lock of await client.locks({ prefix: "orders:" })) console.log(lock.key);
+   * await client.close();
+   * ```
+   */
+  locks(options = {}) {
+    return this.#call(() => listLocks(this.#router, locksOptions(options ?? {})));
+  }
+  /**
+   * Asks every address the client was given for its node's status (`S`), each node itself
+   * (standbys too, no redirect), at once. Never rejects: a node that could not answer has
+   * an `error` instead of a `status`.
+   *
+   * @example A cluster at a glance
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient(["10.0.0.1:7321", "10.0.0.2:7321"]);
+   * for (const node of await client.status()) console.log(node.address, node.status?.role);
+   * await client.close();
+   * ```
+   */
+  status() {
+    return nodeStatuses(this.#router, this.#addresses);
+  }
+  /**
+   * Releases the grant of `key` carrying `token` (held by any process: a lock taken by a
+   * script and released by another), retried as a `Lock`'s release is.
+   *
+   * @returns `true` if it released (`R`), `false` if that token did not hold the key (`N`).
+   * @throws {LockUnavailableError} No node confirmed it within `releaseRetryMs`.
+   * @throws {LockRejectedError} The server refused it.
+   * @throws {TypeError} For an invalid key or token (nothing is sent).
+   *
+   * @example Release by token
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * console.log(await client.release("orders:17", 1042n)); // true or false
+   * await client.close();
+   * ```
+   */
+  release(key, token) {
+    return this.#call(() => (checkGrant(key, token), release(this.#requests, key, token)));
+  }
+  /**
+   * Resets the lease of the grant of `key` carrying `token` to `lease` seconds from now.
+   *
+   * @returns `true` if it extended (`X`), `false` if that token does not hold the key (`N`).
+   * @throws {LockUnavailableError} No connection could carry the request.
+   * @throws {LockRejectedError} The server refused it (e.g. above its `--max-lease`).
+   * @throws {TypeError} For an invalid key, token or lease (nothing is sent).
+   *
+   * @example Keep a detached lock for another minute
+   * ```ts
+   * import { LockClient } from "@lockd/client";
+   * const client = new LockClient("127.0.0.1:7321");
+   * console.log(await client.extend("orders:17", 1042n, 60)); // true or false
+   * await client.close();
+   * ```
+   */
+  extend(key, token, lease) {
+    return this.#call(() => {
+      checkGrant(key, token);
+      return extend(this.#requests, key, token, toMs(lease, "lease"));
+    });
+  }
+  /**
    * Releases every held lock (one attempt each, at most about a second in all), then closes
    * every connection and timer. Requests still outstanding reject with a
    * {@linkcode LockError}, and a grant that arrives meanwhile is released. Calling it again
@@ -1429,6 +1760,15 @@ var LockClient = class {
       why = "every connection to the bridge dropped, and the bridge releases its locks";
     } else return;
     for (const lock of this.#locks) lock.lose(why, false);
+  }
+  /** Runs `fn` unless the client is closed; what it throws becomes a rejection. */
+  #call(fn) {
+    if (this.#closed !== void 0) return Promise.reject(new LockError("The client is closed"));
+    try {
+      return fn();
+    } catch (error) {
+      return Promise.reject(error);
+    }
   }
   /** Keeps a background promise from being unhandled and lets close() wait for it. */
   #track(promise) {

@@ -198,6 +198,10 @@ export class Handover {
     );
     if (active) {
       // Two actives merged (demotion): this one already serves.
+      this.#options.log.warn(`two actives: merged the state of ${from} into this node`, {
+        event: "handover-merged",
+        peer: from,
+      });
       host.merged();
       this.#ctx.network.send(from, { type: "TAKEN", activation: host.activation! });
       host.announce();
@@ -221,7 +225,10 @@ export class Handover {
     this.#taking = undefined;
     if (committed && this.#host.role !== "active") this.#host.becomeActive(from, activation);
     else {
-      this.#options.log.warn(`${from} did not confirm the handover: staying a standby`);
+      this.#options.log.warn(`${from} did not confirm the handover: staying a standby`, {
+        event: "handover-failed",
+        peer: from,
+      });
       this.#host.notTaken();
     }
   }
@@ -243,7 +250,10 @@ export class Handover {
     const sending = this.#sending;
     if (sending === undefined) return;
     this.#sending = undefined;
-    this.#options.log.warn(`${sending.to} did not take over in time`);
+    this.#options.log.warn(`${sending.to} did not take over in time`, {
+      event: "handover-failed",
+      peer: sending.to,
+    });
     // A leaving node stays handing off: leave() tries the next standby.
     if (!sending.leaving) this.#host.stillActive();
     sending.done(false);

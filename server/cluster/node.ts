@@ -146,6 +146,11 @@ export class ClusterNode implements PeerReceiver {
     return this.#activeAddress;
   }
 
+  /** What this node knows of its peers (read-only: for status, see `peer_status.ts`). */
+  get peers(): Pick<PeerViews, "addresses" | "get" | "isLive"> {
+    return this.#peers;
+  }
+
   /** Starts the heartbeat; a lone node becomes active at once. */
   start(): void {
     this.#stopTicking = this.#io.scheduler.every(this.#options.heartbeatMs, () => this.tick());
@@ -469,10 +474,16 @@ export class ClusterNode implements PeerReceiver {
       wallMs: (this.#io.wallClock ?? Date.now)(),
     }));
     this.#predecessor = { ...this.replica.seen };
+    const peer = this.#activeAddress;
+    if (peer !== undefined && peer !== this.#self) {
+      this.#port.log.warn(`failover: the active ${peer} was lost`, { event: "failover", peer });
+      this.#port.promoted?.("failover");
+    }
     this.#becomeActive(this.#peers.size === 0 ? "single node" : "promoted");
   }
 
   #becomeActive(why: string, activation?: string): void {
+    if (activation !== undefined) this.#port.promoted?.("handoff");
     this.#handover.forgetTaking();
     this.#activation = activation ?? (this.#io.newActivation ?? randomActivation)();
     this.replica.own(this.#port.tokens.last);

@@ -126,7 +126,11 @@ export class AcceptorHandshake implements LineHandler {
       return;
     }
     this.#refused = true;
-    o.log.warn(`refused peer ${o.dialer} from ${o.remote}: it did not prove the cluster secret`);
+    o.log.warn(`refused peer ${o.dialer} from ${o.remote}: it did not prove the cluster secret`, {
+      event: "peer-refused",
+      peer: o.dialer,
+      remote: o.remote,
+    });
     o.close();
   }
 

@@ -93,6 +93,7 @@ export class PeerInbound implements LineHandler {
     if (message.type === "error") {
       this.#options.log.warn(
         `closing the link from ${this.#peer}: malformed peer line (${message.message})`,
+        { event: "drop", peer: this.#peer, reason: "malformed" },
       );
       this.#drop();
       return;

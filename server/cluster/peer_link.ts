@@ -134,7 +134,10 @@ export class PeerLink {
         const ok = message.type === "PEERAUTH" &&
           sameProof(acceptorProof(secret, nonce, message.nonce, self), message.proof);
         if (!ok) {
-          this.#options.log.warn(`peer ${this.address} did not prove the cluster secret`);
+          this.#options.log.warn(`peer ${this.address} did not prove the cluster secret`, {
+            event: "peer-refused",
+            peer: this.address,
+          });
           socket.close();
           return;
         }
@@ -142,8 +145,7 @@ export class PeerLink {
         socket.send(
           encodePeer({ type: "PEERPROOF", proof: dialerProof(secret, nonce, message.nonce, self) }),
         );
-        this.#socket = socket;
-        this.#options.onUp(this.address);
+        this.#up(socket);
       },
       closed: () => {
         if (this.#socket !== socket) {
@@ -151,6 +153,10 @@ export class PeerLink {
           return;
         }
         this.#socket = undefined;
+        if (!this.#stopped) {
+          const peer = this.address;
+          this.#options.log.info(`link to peer ${peer} down`, { event: "link-down", peer });
+        }
         this.#options.onDown(this.address);
         this.#retry();
       },
@@ -163,8 +169,7 @@ export class PeerLink {
     });
     socket.send(encodePeer({ type: "PEER", address: self, nonce }));
     if (proven) {
-      this.#socket = socket;
-      this.#options.onUp(this.address);
+      this.#up(socket);
       return;
     }
     // The acceptor's proof must come within the connect timeout.
@@ -176,6 +181,15 @@ export class PeerLink {
       clearTimeout(timer);
       if (this.#pending === socket) this.#pending = undefined;
     });
+  }
+
+  #up(socket: LineSocket): void {
+    this.#socket = socket;
+    this.#options.log.info(`link to peer ${this.address} up`, {
+      event: "link-up",
+      peer: this.address,
+    });
+    this.#options.onUp(this.address);
   }
 
   #retry(): void {

@@ -119,6 +119,12 @@ export class PeerViews {
     return peer !== undefined && peer.role === "active" && now - peer.lastHeard < this.#timeoutMs;
   }
 
+  /** Whether `address` is a peer heard within the failover timeout at `now`. */
+  isLive(address: string, now: number): boolean {
+    const peer = this.#peers.get(address);
+    return peer !== undefined && now - peer.lastHeard < this.#timeoutMs;
+  }
+
   /** Whether a live peer reports `address` as its live active (one this node cannot hear). */
   relayedLive(address: string, now: number): boolean {
     for (const peer of this.#peers.values()) {

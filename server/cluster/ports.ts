@@ -63,6 +63,8 @@ export interface ServerPort {
   resumeTimers(): void;
   /** Called on every role change, with a readable description. */
   roleChanged(role: Role, description: string): void;
+  /** This node becomes active after the active was lost (`failover`) or by a handover (metrics). */
+  promoted?(how: "failover" | "handoff"): void;
   /** Where events are reported. */
   log: Logger;
 }

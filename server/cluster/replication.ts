@@ -39,6 +39,9 @@ export interface ReplicationOptions {
   log?: Logger;
 }
 
+/** Seal times kept for the lag (a standby further behind shows at least that old a lag). */
+const SEALS = 1024;
+
 /** What the stream knows of one standby it streams to. */
 interface Follower {
   /** The first batch after its snapshot: once it acknowledged that one, it is in sync. */
@@ -59,6 +62,8 @@ export class ReplicationStream implements ReplyGate {
   #dirty = false;
   #waiting = new Set<Flushable>();
   #degraded = false;
+  /** When each of the last {@linkcode SEALS} batches was sealed (ms), by `seq % SEALS`. */
+  #sealedAt = new Float64Array(SEALS);
 
   /** @param ctx The node's table, tokens, clock and links. @param options Mode and hooks. */
   constructor(ctx: ClusterContext, options: ReplicationOptions) {
@@ -154,7 +159,38 @@ export class ReplicationStream implements ReplyGate {
     if (!this.#dirty) return;
     this.#dirty = false;
     if (!this.#sync || this.#followers.size === 0 || !this.#options.streaming()) return;
-    this.#ctx.network.broadcast(this.#followers.keys(), { type: "SEQ", seq: ++this.#seq });
+    this.#numberBatch();
+  }
+
+  /** Numbers the changes streamed so far as a batch (`SEQ n`) and notes when. */
+  #numberBatch(): void {
+    const seq = ++this.#seq;
+    this.#sealedAt[seq % SEALS] = this.#ctx.clock();
+    this.#ctx.network.broadcast(this.#followers.keys(), { type: "SEQ", seq });
+  }
+
+  /**
+   * How long (ms) the oldest batch `address` has not acknowledged has waited at `now` (0:
+   * caught up), or `undefined` if it is not streamed to or has acknowledged nothing since its
+   * snapshot. Async mode numbers a batch once a heartbeat (see {@linkcode check}) for this.
+   */
+  lagMs(address: string, now: number): number | undefined {
+    const follower = this.#followers.get(address);
+    if (follower === undefined || follower.acked < follower.since) return undefined;
+    if (follower.acked >= this.#seq) return 0;
+    const oldest = Math.max(follower.acked + 1, this.#seq - SEALS + 1);
+    return Math.max(0, now - this.#sealedAt[oldest % SEALS]);
+  }
+
+  /** The standbys in sync: acknowledged a batch since their snapshot, and live. */
+  inSync(): string[] {
+    const inSync: string[] = [];
+    for (const [address, follower] of this.#followers) {
+      if (follower.acked >= follower.since && this.#options.live?.(address) !== false) {
+        inSync.push(address);
+      }
+    }
+    return inSync;
   }
 
   /** `ACK n` from `address`: it applied every batch up to `n`. */
@@ -179,8 +215,14 @@ export class ReplicationStream implements ReplyGate {
     this.#wake();
   }
 
-  /** Re-checks which standbys are in sync (every heartbeat: a paused one stops counting). */
+  /**
+   * Re-checks which standbys are in sync (every heartbeat: a paused one stops counting). In
+   * async mode it also numbers a batch (`SEQ n`), whose acknowledgements measure the lag.
+   */
   check(): void {
+    if (!this.#sync && this.#followers.size > 0 && this.#options.streaming()) {
+      this.#numberBatch();
+    }
     if (this.#sync && this.#waiting.size > 0) this.#wake();
     else this.reached();
   }
@@ -207,6 +249,7 @@ export class ReplicationStream implements ReplyGate {
         degraded
           ? "replication degraded: no standby in sync, answering without acknowledgements"
           : `replication in sync again (${inSync})`,
+        { event: degraded ? "replication-degraded" : "replication-in-sync", peer: inSync },
       );
     }
     return inSync === undefined ? Infinity : reached;

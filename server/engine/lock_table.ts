@@ -14,6 +14,7 @@
  */
 
 import { IndexedHeap } from "./indexed_heap.ts";
+import { KeyPage } from "./key_page.ts";
 import { LockSlots } from "./lock_slots.ts";
 
 /** A monotonic clock in milliseconds (e.g. `performance.now`). Wall-clock jumps must not show. */
@@ -31,6 +32,20 @@ export interface LockTableHooks<T> {
   freed?(key: string, token: bigint): void;
 }
 
+/** What the table counts (for metrics): plain integers, incremented in place. */
+export interface LockCounts {
+  /** Grants, at once or to a waiter. */
+  grants: number;
+  /** Releases that released. */
+  releases: number;
+  /** Extends that extended. */
+  extends: number;
+  /** Leases that ran out. */
+  expirations: number;
+  /** Wait limits that ran out. */
+  timeouts: number;
+}
+
 /** Options of {@linkcode LockTable}. */
 export interface LockTableOptions<T> {
   /** Monotonic milliseconds. */
@@ -39,12 +54,16 @@ export interface LockTableOptions<T> {
   nextToken: () => bigint;
   /** Outcomes of queued acquires and the change feed. */
   hooks: LockTableHooks<T>;
+  /** Where grants, releases, extends, expirations and timeouts are counted. Default: its own. */
+  counts?: LockCounts;
 }
 
 /** The FIFO queue of waiters of one held key (a key with waiters always has a holder). */
 interface Queue {
   head: Waiter<unknown>;
   tail: Waiter<unknown>;
+  /** How many waiters it has. */
+  size: number;
 }
 
 /** A queued acquire. Returned by {@linkcode LockTable.acquire} so its owner can cancel it. */
@@ -113,6 +132,7 @@ export class LockTable<T> {
   #nextToken: () => bigint;
   #hooks: LockTableHooks<T>;
   #waiters = 0;
+  #counts: LockCounts;
 
   #nextSeq(): number {
     const seq = this.#seqCounter;
@@ -125,6 +145,13 @@ export class LockTable<T> {
     this.#clock = options.clock;
     this.#nextToken = options.nextToken;
     this.#hooks = options.hooks;
+    this.#counts = options.counts ??
+      { grants: 0, releases: 0, extends: 0, expirations: 0, timeouts: 0 };
+  }
+
+  /** What the table counted so far. */
+  get counts(): Readonly<LockCounts> {
+    return this.#counts;
   }
 
   /** Number of keys with a holder. */
@@ -163,8 +190,10 @@ export class LockTable<T> {
       const wait = limit < 0 ? Infinity : limits.deadline(limit);
       if (lease > now && wait > now) return;
       const leaseFirst = lease < wait || (lease === wait && locks.seq(slot) < limits.seq(limit));
-      if (leaseFirst) this.#handOver(slot, lease, now);
-      else {
+      if (leaseFirst) {
+        this.#counts.expirations++;
+        this.#handOver(slot, lease, now);
+      } else {
         const waiter = this.#limited[limit]!;
         this.#unlimit(waiter);
         this.#timeOut(waiter);
@@ -193,15 +222,17 @@ export class LockTable<T> {
       const deadline = now + leaseMs;
       this.#locks.add(key, token, deadline, this.#nextSeq(), owner);
       this.#hooks.held?.(key, token, deadline, owner);
+      this.#counts.grants++;
       return token;
     }
     const waiter = new Waiter<T>(slot, ticket, leaseMs, owner);
     const queue = this.#locks.queue(slot);
-    if (queue === null) this.#locks.setQueue(slot, { head: waiter, tail: waiter });
+    if (queue === null) this.#locks.setQueue(slot, { head: waiter, tail: waiter, size: 1 });
     else {
       queue.tail.next = waiter;
       waiter.prev = queue.tail;
       queue.tail = waiter;
+      queue.size++;
     }
     this.#waiters++;
     if (waitMs > 0 && Number.isFinite(waitMs)) {
@@ -224,6 +255,7 @@ export class LockTable<T> {
     const slot = this.#locks.find(key);
     if (slot < 0 || this.#locks.token(slot) !== token) return false;
     const now = this.#clock();
+    this.#counts.releases++;
     this.#handOver(slot, now, now);
     return true;
   }
@@ -240,6 +272,7 @@ export class LockTable<T> {
     const deadline = this.#clock() + leaseMs;
     this.#locks.schedule(slot, deadline, this.#nextSeq());
     this.#hooks.held?.(key, token, deadline, this.#locks.owner(slot));
+    this.#counts.extends++;
     return true;
   }
 
@@ -347,6 +380,35 @@ export class LockTable<T> {
     return slot < 0 ? undefined : this.#describe(slot);
   }
 
+  /**
+   * The current grant of `key` as the table stands, without settling what is due (its
+   * deadline may have passed by a few milliseconds until the lease timer runs): inspection.
+   */
+  peek(key: string): Holder | undefined {
+    const slot = this.#locks.find(key);
+    return slot < 0 ? undefined : this.#describe(slot);
+  }
+
+  /** How many acquires are queued behind the holder of `key` (0 if free). Without settling. */
+  waitersOf(key: string): number {
+    const slot = this.#locks.find(key);
+    return slot < 0 ? 0 : this.#locks.queue(slot)?.size ?? 0;
+  }
+
+  /**
+   * Up to `limit` held keys starting with `prefix`, after `after` (strictly) if given, in key
+   * order (by UTF-16 code units: byte order for ASCII keys). Without settling. Walks every
+   * held key, keeping only the `limit` smallest: for inspection, never on a hot path.
+   */
+  heldKeys(prefix: string, limit: number, after?: string): string[] {
+    const page = new KeyPage(limit);
+    for (const slot of this.#locks.slots()) {
+      const key = this.#locks.key(slot);
+      if (key.startsWith(prefix) && (after === undefined || key > after)) page.offer(key);
+    }
+    return page.keys();
+  }
+
   #describe(slot: number): Holder {
     const locks = this.#locks;
     return {
@@ -387,6 +449,7 @@ export class LockTable<T> {
     const deadline = now + next.leaseMs;
     locks.schedule(slot, deadline, this.#nextSeq());
     this.#hooks.held?.(key, token, deadline, next.owner);
+    this.#counts.grants++;
     this.#hooks.granted(next.ticket, key, token);
   }
 
@@ -402,12 +465,14 @@ export class LockTable<T> {
   #timeOut(waiter: Waiter<T>): void {
     const key = this.#locks.key(waiter.slot);
     this.#unlink(waiter);
+    this.#counts.timeouts++;
     this.#hooks.timedOut(waiter.ticket, key);
   }
 
   #unlink(waiter: Waiter<unknown>): void {
     const slot = waiter.slot;
     const queue = this.#locks.queue(slot)!;
+    queue.size--;
     if (waiter.prev === null) {
       if (waiter.next === null) this.#locks.setQueue(slot, null);
       else queue.head = waiter.next;

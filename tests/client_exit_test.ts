@@ -1,0 +1,92 @@
+/**
+ * A script that uses `LockClient` and forgets `client.close()` still exits (docs/client.md,
+ * "Connections"): idle connections and background reconnects never keep the process alive;
+ * outstanding requests and held locks do.
+ */
+
+import assert from "node:assert/strict";
+import { startServer } from "./_helpers.ts";
+
+const MOD = new URL("../mod.ts", import.meta.url).href;
+
+/** Runs `body` as a script with `LockClient` imported; resolves with its exit and output. */
+async function runScript(body: string, timeoutMs = 15_000) {
+  const script = `import { LockClient } from ${JSON.stringify(MOD)};\n${body}`;
+  const child = new Deno.Command(Deno.execPath(), {
+    args: ["eval", "--ext=ts", script],
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const started = performance.now();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const killed = new Promise<void>((resolve) => {
+    timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      resolve();
+    }, timeoutMs);
+  });
+  const output = child.output();
+  await Promise.race([output, killed]);
+  clearTimeout(timer);
+  const out = await output;
+  return {
+    code: out.code,
+    ms: performance.now() - started,
+    stdout: new TextDecoder().decode(out.stdout),
+    stderr: new TextDecoder().decode(out.stderr),
+  };
+}
+
+Deno.test("a script that acquires, releases and never closes its client exits by itself", async () => {
+  const server = await startServer();
+  try {
+    const run = await runScript(`
+      const client = new LockClient(${JSON.stringify(server.address)});
+      const lock = await client.acquire("exit:k", { lease: 30 });
+      await lock.release();
+      const again = await client.tryAcquire("exit:k", { lease: 30 });
+      await again?.release();
+      console.log("done");
+    `);
+    assert.equal(run.code, 0, run.stderr);
+    assert.equal(run.stdout.trim(), "done");
+    assert.ok(run.ms < 10_000, `exited after ${run.ms} ms`);
+  } finally {
+    await server.stop();
+    await Deno.remove(server.dataDir, { recursive: true });
+  }
+});
+
+Deno.test("a client whose server is down does not keep the script alive with reconnects", async () => {
+  const run = await runScript(`
+    const client = new LockClient("127.0.0.1:1", { retryTimeoutMs: 200 });
+    await client.acquire("k", { lease: 5 }).catch((e) => console.log(e.name));
+  `);
+  assert.equal(run.code, 0, run.stderr);
+  assert.equal(run.stdout.trim(), "LockUnavailableError");
+  assert.ok(run.ms < 10_000, `exited after ${run.ms} ms`);
+});
+
+Deno.test("a queued acquire keeps the script alive until it is answered", async () => {
+  const server = await startServer();
+  try {
+    const { LineClient } = await import("./_helpers.ts");
+    const holder = await LineClient.connect(server.port);
+    assert.match((await holder.request("A exit:q 30 0"))!, /^A exit:q A \d+$/);
+    // Nothing but the queued acquire could keep the script alive for its 2 s wait.
+    const run = await runScript(`
+      const client = new LockClient(${JSON.stringify(server.address)});
+      const started = performance.now();
+      await client.acquire("exit:q", { lease: 30, wait: 2 }).catch((e) => console.log(e.name));
+      console.log(Math.round(performance.now() - started));
+    `);
+    await holder.close();
+    assert.equal(run.code, 0, run.stderr);
+    const [name, waited] = run.stdout.trim().split("\n");
+    assert.equal(name, "LockTimeoutError");
+    assert.ok(Number(waited) >= 1900, `the acquire was answered after ${waited} ms`);
+  } finally {
+    await server.stop();
+    await Deno.remove(server.dataDir, { recursive: true });
+  }
+});

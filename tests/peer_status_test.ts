@@ -1,0 +1,188 @@
+/**
+ * Unit tests of a cluster node's part of its status and of readiness (issue 13): role,
+ * active, replication and peers read from a role machine ({@linkcode clusterStatus}),
+ * `/readyz` ({@linkcode clusterReady}), and the replication stream's lag and in-sync list
+ * in both modes. Fakes and a fake clock; no sockets.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import type { Role } from "../server/cluster/election.ts";
+import { clusterReady, clusterStatus, type ClusterView } from "../server/cluster/peer_status.ts";
+import type { PeerState } from "../server/cluster/peer_views.ts";
+import type { PeerMessage } from "../server/cluster/peer_codec.ts";
+import type { ClusterContext } from "../server/cluster/ports.ts";
+import { ReplicationStream } from "../server/cluster/replication.ts";
+import { Owners } from "../server/owners.ts";
+import type { Gate } from "../server/session.ts";
+
+function peer(address: string, fields: Partial<PeerState> = {}): PeerState {
+  return {
+    address,
+    priority: 1,
+    lastHeard: -Infinity,
+    role: "starting",
+    activeAddress: undefined,
+    synced: false,
+    syncedSince: Infinity,
+    replica: false,
+    floor: 0n,
+    mark: 0n,
+    activation: undefined,
+    ...fields,
+  };
+}
+
+function view(role: Role, gate: Gate, peers: PeerState[], synced = true): ClusterView {
+  return {
+    role,
+    activeAddress: undefined,
+    replica: { synced },
+    stream: {
+      degraded: true,
+      inSync: () => ["b:1"],
+      lagMs: (address) => address === "b:1" ? 12.6 : undefined,
+    },
+    peers: {
+      addresses: () => peers.map((p) => p.address),
+      get: (address) => peers.find((p) => p.address === address),
+      isLive: (address, now) => now - (peers.find((p) => p.address === address)!.lastHeard) < 1000,
+    },
+    gate: () => gate,
+  };
+}
+
+const SERVE: Gate = { kind: "serve" };
+const PARK: Gate = { kind: "park" };
+const TO_A: Gate = { kind: "refuse", refusal: { status: "M", text: "a:1" } };
+const NO_ACTIVE: Gate = { kind: "refuse", refusal: { status: "E", text: "no active node" } };
+
+Deno.test("clusterStatus() of the active: itself as active, its standbys' lag and who is in sync", () => {
+  const peers = [
+    peer("b:1", { role: "standby", synced: true, lastHeard: 9_950 }),
+    peer("c:1", { role: "standby", lastHeard: 5_000 }),
+    peer("d:1"),
+  ];
+  const status = clusterStatus(view("active", SERVE, peers), "a:1", "sync", 10_000);
+  assert.equal(status.role, "active");
+  assert.equal(status.active, "a:1");
+  assert.deepEqual(status.replication, { mode: "sync", degraded: true, inSync: ["b:1"] });
+  assert.deepEqual(status.peers, [
+    { address: "b:1", role: "standby", live: true, synced: true, lagMs: 13, lastHeardMs: 50 },
+    { address: "c:1", role: "standby", live: false, synced: false, lagMs: null, lastHeardMs: 5000 },
+    {
+      address: "d:1",
+      role: "starting",
+      live: false,
+      synced: false,
+      lagMs: null,
+      lastHeardMs: null,
+    },
+  ]);
+});
+
+Deno.test("clusterStatus() of a standby: its own view, the active it redirects to, no lag", () => {
+  const peers = [peer("a:1", { role: "active", synced: true, lastHeard: 990 })];
+  const status = clusterStatus(view("standby", TO_A, peers), "b:1", "async", 1000);
+  assert.equal(status.role, "standby");
+  assert.equal(status.active, "a:1");
+  assert.deepEqual(status.replication, { mode: "async", degraded: false, inSync: ["b:1"] });
+  assert.equal(status.peers[0].lagMs, null);
+  const lost = clusterStatus(view("standby", NO_ACTIVE, peers, false), "b:1", "async", 1000);
+  assert.equal(lost.active, null, "an active it cannot vouch for is not named");
+  assert.deepEqual(lost.replication.inSync, []);
+});
+
+Deno.test("clusterReady() is true for a serving active and an in-sync standby only", () => {
+  const ready: [Role, Gate, boolean, boolean][] = [
+    ["active", SERVE, true, true],
+    ["active", PARK, true, false], // frozen: checking for another active
+    ["standby", TO_A, true, true],
+    ["standby", TO_A, false, false], // not in sync yet
+    ["standby", NO_ACTIVE, true, false],
+    ["standby", PARK, true, false], // taking over: waiting for the COMMIT
+    ["starting", NO_ACTIVE, false, false],
+    ["handing-off", PARK, true, false],
+    ["leaving", TO_A, true, false],
+  ];
+  for (const [role, gate, synced, expected] of ready) {
+    assert.equal(clusterReady(view(role, gate, [], synced)), expected, `${role} ${gate.kind}`);
+  }
+});
+
+/** A replication stream on a fake clock and network. */
+function stream(mode: "async" | "sync") {
+  let now = 0;
+  const sent: [string, PeerMessage][] = [];
+  const ctx: ClusterContext = {
+    table: {
+      waiting: 0,
+      holders: () => [],
+      restore: () => true,
+      forget: () => true,
+      release: () => true,
+      clear() {},
+    },
+    tokens: { last: 0n, reserved: 0n, block: 1000n, raiseTo() {} },
+    owners: new Owners(),
+    clock: () => now,
+    network: {
+      send: (to, message) => sent.push([to, message]),
+      broadcast: (to, message) => {
+        for (const address of to) sent.push([address, message]);
+      },
+      up: () => true,
+    },
+    scheduler: { every: () => () => {}, after: () => () => {} },
+  };
+  const s = new ReplicationStream(ctx, { streaming: () => true, mode });
+  const seqs = () =>
+    sent.filter(([, m]) => m.type === "SEQ").map(([to, m]) =>
+      `${to} ${(m as { seq: number }).seq}`
+    );
+  return { s, at: (ms: number) => now = ms, seqs };
+}
+
+Deno.test("async replication numbers a batch each heartbeat, and the acknowledgements give the lag", () => {
+  const { s, at, seqs } = stream("async");
+  s.check();
+  assert.deepEqual(seqs(), [], "nobody to stream to");
+  s.snapshot("b:1", "act", 1n);
+  assert.equal(s.lagMs("b:1", 0), undefined, "nothing acknowledged since the snapshot");
+  assert.deepEqual(s.inSync(), []);
+  at(100);
+  s.check();
+  assert.deepEqual(seqs(), ["b:1 1"]);
+  s.acked("b:1", 1);
+  assert.equal(s.lagMs("b:1", 150), 0);
+  assert.deepEqual(s.inSync(), ["b:1"]);
+  at(200);
+  s.check(); // batch 2 at 200
+  at(300);
+  s.check(); // batch 3 at 300
+  assert.equal(s.lagMs("b:1", 450), 250, "batch 2 has waited since 200");
+  s.acked("b:1", 2);
+  assert.equal(s.lagMs("b:1", 450), 150);
+  s.acked("b:1", 3);
+  assert.equal(s.lagMs("b:1", 450), 0);
+  assert.equal(s.lagMs("c:1", 450), undefined, "not streamed to");
+  s.remove("b:1");
+  assert.equal(s.lagMs("b:1", 450), undefined);
+});
+
+Deno.test("sync replication measures the lag per sealed batch and never numbers idle heartbeats", () => {
+  const { s, at, seqs } = stream("sync");
+  s.snapshot("b:1", "act", 1n);
+  s.seal(); // the snapshot's batch
+  s.acked("b:1", 1);
+  at(100);
+  s.check();
+  assert.deepEqual(seqs(), ["b:1 1"], "a heartbeat adds no batch in sync mode");
+  s.held("k", 1n, 1000, 0);
+  s.seal();
+  assert.deepEqual(seqs(), ["b:1 1", "b:1 2"]);
+  assert.equal(s.lagMs("b:1", 130), 30);
+  s.acked("b:1", 2);
+  assert.equal(s.lagMs("b:1", 130), 0);
+});
