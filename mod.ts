@@ -1,9 +1,9 @@
 /**
- * `@lockd/client`: locks with fencing tokens from lockd, over TCP (Deno) or through the
- * WebSocket bridge (browsers, edge runtimes), with the connection behaviour of every official
- * client: two connections to a single node, round-robin, pipelining, reconnection every 3 s,
- * acquires that move to the next connection, releases retried for 5 s, `M` redirects
- * followed to the active node of a cluster.
+ * `@lockd/client`: locks with fencing tokens from lockd, over TCP and TLS (Deno, Node.js,
+ * Bun) or through the WebSocket bridge (browsers, edge runtimes), with the connection
+ * behaviour of every official client: two connections to a single node, round-robin,
+ * pipelining, reconnection every 3 s, acquires that move to the next connection, releases
+ * retried for 5 s, `M` redirects followed to the active node of a cluster.
  *
  * Units: `lease` and `wait` are seconds (fractions allowed); options ending in `Ms` are
  * milliseconds. Fencing tokens are `bigint`.

@@ -302,8 +302,7 @@ export class LockClient implements AsyncDisposable {
    * holder's token, client name and lease left (seconds), and how many acquires wait.
    *
    * @throws {LockUnavailableError} No connection could carry the request.
-   * @throws {LockRejectedError} The server refused it (outside the credential's prefix; a
-   * bridge, which does not relay inspection).
+   * @throws {LockRejectedError} The server refused it (outside the credential's prefix).
    * @throws {TypeError} For an invalid key (nothing is sent).
    *
    * @example Who holds a key

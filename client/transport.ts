@@ -1,7 +1,7 @@
 /**
  * The client's view of a connection, as types only: something that carries protocol lines
  * (docs/protocol.md) both ways, and the function that opens one. The implementations are
- * in `tcp.ts` and `ws.ts`, chosen by `dial.ts`.
+ * in `tcp.ts` (Deno), `node_tcp.ts` (Node.js, Bun) and `ws.ts`, chosen by `dial.ts`.
  *
  * @module
  */
@@ -32,10 +32,10 @@ export interface Transport {
   /** Closes the connection; `closed` is then called on its handlers. */
   close(): void;
   /**
-   * Whether the connection may keep the process alive (Deno: the socket's `ref()` and
-   * `unref()`). The client calls it with `true` while requests are outstanding on the
-   * connection and `false` once none is, so an idle client never keeps a script from
-   * exiting. Optional: a transport without it keeps whatever its runtime does.
+   * Whether the connection may keep the process alive (the socket's `ref()` and `unref()`
+   * in Deno, Node.js and Bun). The client calls it with `true` while requests are
+   * outstanding on the connection and `false` once none is, so an idle client never keeps
+   * a script from exiting. Optional: a transport without it keeps whatever its runtime does.
    */
   ref?(keep: boolean): void;
 }

@@ -61,7 +61,8 @@ export function answerHello(
 ): HelloOutcome {
   const credentials = ctx.credentials?.();
   const hello = parseHello(line);
-  const echo = "kind" in hello ? hello.key : hello.session ?? "-";
+  // An error never echoes the session field: it might be a secret sent in the wrong place.
+  const echo = "-";
   if (late) {
     return { kind: "error", reply: errorReply("HELLO", echo, "hello must be the first line") };
   }

@@ -2,6 +2,7 @@
  * lockd's command line (docs/server.md): `deno run -A server/main.ts [options]`, or the binary
  * built by `deno task compile`. Prints one ready line on stdout, everything else on stderr;
  * exits 0 after SIGINT/SIGTERM/SIGHUP, 1 when it cannot run, 2 on a bad command line.
+ * A subcommand first (`lockd run`, `status`, ...: docs/cli.md) runs that instead.
  *
  * @module
  */
@@ -11,7 +12,9 @@ import { formatHostPort, HELP, parseConfig, UsageError } from "./cli.ts";
 import { stderrLogger } from "./log.ts";
 import { loadSecurity, type Security } from "./security.ts";
 import { LockServer } from "./server.ts";
-import { type BridgeServer, serveBridge } from "../client/bridge.ts";
+import { lockd } from "./cmd/lockd.ts";
+import type { BridgeServer } from "../client/bridge.ts";
+import { type HttpServer, serveBridgeOn, startHttp } from "./http.ts";
 import clientScript from "./assets/lockd-client.js" with { type: "text" };
 import demoPage from "./assets/demo.html" with { type: "text" };
 
@@ -114,6 +117,16 @@ export async function main(args: string[]): Promise<number> {
   const handlers = names.map((name) => [name, () => onSignal(name)] as const);
   for (const [name, handler] of handlers) Deno.addSignalListener(name, handler);
   const { hostname, port } = server.addr;
+  // --http (server/http.ts): health, readiness, metrics, status and the status page; a
+  // bridge at the same address shares its listener.
+  let http: HttpServer | undefined;
+  try {
+    http = startHttp(config, server, { security, log });
+  } catch (error) {
+    log.error(error instanceof Error ? error.message : String(error), { event: "fatal" });
+    await server.shutdown();
+    return 1;
+  }
   if (config.bridge !== undefined) {
     // The bridge relays through a client of this node (of the whole cluster, so that it
     // follows the active node).
@@ -123,7 +136,7 @@ export async function main(args: string[]): Promise<number> {
     });
     try {
       const tcp = security.tls === undefined ? "" : "tls://";
-      bridge = serveBridge({
+      bridge = serveBridgeOn(http, {
         servers: peers.length > 0 ? peers.map((p) => tcp + p.address) : [tcp + local],
         hostname: config.bridge.hostname,
         port: config.bridge.port,
@@ -144,6 +157,7 @@ export async function main(args: string[]): Promise<number> {
       log.error(`cannot serve the bridge on ${formatHostPort(config.bridge)}: ${why}`, {
         event: "fatal",
       });
+      await http?.shutdown();
       await server.shutdown();
       return 1;
     }
@@ -152,10 +166,12 @@ export async function main(args: string[]): Promise<number> {
   if (role !== undefined) {
     const ws = security.tls === undefined ? "ws" : "wss";
     const web = bridge === undefined ? "" : `, bridge on ${ws}://${formatHostPort(bridge.addr)}/`;
-    console.log(`listening on ${formatHostPort({ hostname, port })} as ${role}${web}`);
+    const api = http === undefined ? "" : `, http on ${http.url}`;
+    console.log(`listening on ${formatHostPort({ hostname, port })} as ${role}${web}${api}`);
   }
   const code = await server.finished;
   await bridge?.shutdown(); // After a fatal stop: the bridge has nothing left to relay to.
+  await http?.shutdown(); // Last: /healthz and /readyz answer while the node stops.
   security.close();
   for (const [name, handler] of handlers) Deno.removeSignalListener(name, handler);
   return code;
@@ -164,7 +180,7 @@ export async function main(args: string[]): Promise<number> {
 if (import.meta.main) {
   let code: number;
   try {
-    code = await main(Deno.args);
+    code = await lockd(Deno.args, main); // a subcommand, or the server (docs/cli.md)
   } catch (error) {
     // e.g. stdout closed or full while printing --help: say so, without a stack trace.
     stderrLogger().error(error instanceof Error ? error.message : String(error));

@@ -26,6 +26,11 @@ export interface Security {
   bridgeCredential: { name: string; secret: string } | undefined;
   /** Checks a bridge upgrade's bearer token, when the bridge requires one. */
   bridgeAuthorize: ((request: Request) => boolean) | undefined;
+  /**
+   * Whether a token is one of `--bridge-token-file`'s (constant time), when there is such a
+   * file: the HTTP endpoints that list keys take the same tokens.
+   */
+  bridgeToken: ((token: string) => boolean) | undefined;
   /** Stops watching files. */
   close(): void;
 }
@@ -102,10 +107,12 @@ export function loadSecurity(config: Config, log: Logger): Security {
     return cached.with;
   };
   let bridgeAuthorize: Security["bridgeAuthorize"];
+  let bridgeToken: Security["bridgeToken"];
   if (config.bridgeTokenFile !== undefined) {
     const tokens = tokensOf(read(config.bridgeTokenFile, "bridge token file"))
       .map((t) => new TextEncoder().encode(t));
     if (tokens.length === 0) throw new Error(`${config.bridgeTokenFile}: no token in it`);
+    bridgeToken = (token) => knownToken(tokens, token);
     bridgeAuthorize = (request) => {
       const bearer = bearerOf(request);
       return bearer !== undefined && knownToken(tokens, bearer);
@@ -117,6 +124,7 @@ export function loadSecurity(config: Config, log: Logger): Security {
     credentials,
     bridgeCredential,
     bridgeAuthorize,
+    bridgeToken,
     close: () => authFile?.close(),
   };
 }

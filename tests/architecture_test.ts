@@ -70,6 +70,29 @@ Deno.test("Deno.* appears under client/ only in tcp.ts and bridge/deno.ts", () =
   }
 });
 
+Deno.test("node:* imports under client/ only in node_tcp.ts, loaded only by dial.ts on demand", () => {
+  // Like tcp.ts for Deno: the one runtime-specific transport, which browsers never evaluate
+  // because dial.ts imports it dynamically, and only for a TCP address outside Deno.
+  for (const path of [...sources("client"), "mod.ts"]) {
+    if (path === "client/node_tcp.ts") continue;
+    for (const target of imports(path)) {
+      assert.doesNotMatch(target, /^node:/, `${path} imports ${target}`);
+    }
+    assert.doesNotMatch(code(path), /\brequire\(/, `${path} calls require()`);
+  }
+  for (const path of [...sources("client"), "mod.ts"]) {
+    const staticImports = [...code(path).matchAll(/\bfrom\s*"([^"]+)"/g)].map((m) => m[1]);
+    for (const target of staticImports) {
+      assert.doesNotMatch(
+        target,
+        /(?:^|\/)(?:node_)?tcp\.ts$/,
+        `${path} imports ${target} statically`,
+      );
+    }
+  }
+  assert.match(code("client/dial.ts"), /await import\("\.\/node_tcp\.ts"\)/);
+});
+
 Deno.test("the client package never imports the server, tests or benchmarks", () => {
   for (const path of [...sources("client"), "mod.ts"]) {
     for (const target of imports(path)) {
@@ -92,5 +115,31 @@ Deno.test("the chaos harness treats the server as a black box and keeps its file
     }
     const lines = read(path).split("\n").length;
     assert.ok(lines <= 500, `${path} has ${lines} lines`);
+  }
+});
+
+Deno.test("the pure parts of the lockd command use no Deno.* and import no I/O", () => {
+  const pure = ["args.ts", "exit.ts", "format.ts", "help.ts", "parse.ts"];
+  const allowed = new Set([
+    "node:util",
+    "../../client/address.ts",
+    "../../client/codec.ts",
+    "../../client/errors.ts",
+    "../../client/inspect.ts", // for a type only
+    ...pure.map((file) => `./${file}`),
+  ]);
+  for (const file of pure) {
+    const path = `server/cmd/${file}`;
+    for (const target of imports(path)) assert.ok(allowed.has(target), `${path} imports ${target}`);
+    assert.doesNotMatch(code(path), /\bDeno\./, `${path} uses Deno.*`);
+  }
+});
+
+Deno.test("the HTTP endpoints' routes use no Deno.*: http.ts alone serves them", () => {
+  const path = "server/http_routes.ts";
+  assert.doesNotMatch(code(path), /\bDeno\./, `${path} uses Deno.*`);
+  for (const target of imports(path)) {
+    const ok = ["node:crypto", "../client/codec.ts", "./assets/status.html"].includes(target);
+    assert.ok(ok, `${path} imports ${target}`);
   }
 });

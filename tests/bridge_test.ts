@@ -550,6 +550,28 @@ Deno.test("bridge keyPrefix confines a session's keys on the lockd side", async 
   });
 });
 
+Deno.test("bridge relays I for the session's own keys and refuses S and L", async () => {
+  await withBridge({ keyPrefix: "tenant-7:" }, async (f) => {
+    const ws = await f.ws();
+    assert.equal(await ws.request("I door"), "I door F");
+    const token = tokenOf(await ws.request("A door 30 0"), "door");
+    const raw = await f.raw();
+    // A waiter queued on lockd behind the page's grant, seen through the bridge by its key.
+    await raw.send("A tenant-7:door 30 10");
+    const { waitFor } = await import("./_helpers.ts");
+    let seen = "";
+    await waitFor(async () => / 1 \S+$/.test(seen = (await ws.request("I door"))!), "a waiter");
+    assert.match(seen, new RegExp(`^I door I ${token} [0-9.]+ 1 \\S+$`));
+    // The bare key is another key: free.
+    assert.equal(await ws.request("I tenant-7:door"), "I tenant-7:door F");
+    assert.equal(await ws.request("S -"), "S - E not available through the bridge");
+    assert.equal(await ws.request("L - 10"), "L - E not available through the bridge");
+    assert.match((await ws.request("I"))!, /^I - E /);
+    assert.equal(await ws.request(`R door ${token}`), "R door R");
+    tokenOf(await raw.readLine(), "tenant-7:door");
+  });
+});
+
 Deno.test("bridge keyPrefix as a function separates tenants", async () => {
   await withBridge({
     keyPrefix: (request) => `${new URL(request.url).searchParams.get("tenant")}:`,

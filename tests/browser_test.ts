@@ -441,3 +441,62 @@ browserTest("browser page from another origin is refused by the bridge", async (
     assert.equal(response.status, 403);
   });
 });
+
+browserTest(
+  "browser demo page shows the queue place and a lease countdown, and survives its server",
+  async () => {
+    await withBrowser(async (f) => {
+      const [holder, waiter] = await Promise.all([f.demo(), f.demo()]);
+      const errors: string[] = [];
+      for (const page of [holder, waiter]) page.on("pageerror", (e) => errors.push(e.message));
+      const detail = async (page: Page) => (await page.textContent("#detail")) ?? "";
+      await holder.fill("#key", "ui:queue");
+      await holder.click("#acquire");
+      await waitForState(holder, /^holding ui:queue with fencing token \d+$/);
+      let first = NaN;
+      await waitFor(async () => {
+        const m = /^lease left: ([\d.]+) s$/.exec(await detail(holder));
+        return m !== null && (first = Number(m[1])) <= 30;
+      }, "the lease countdown");
+      await waitFor(async () => {
+        const m = /^lease left: ([\d.]+) s$/.exec(await detail(holder));
+        return m !== null && Number(m[1]) < first;
+      }, "the countdown to go down");
+      await waiter.fill("#key", "ui:queue");
+      await waiter.click("#acquire");
+      await waitForState(waiter, /^waiting for ui:queue/);
+      await waitFor(
+        async () => /^place in the queue: 1 of 1$/.test(await detail(waiter)),
+        "the waiter's place in the queue",
+      );
+      // The server goes away while the holder holds: the page says why it lost the lock,
+      // Release (if clicked before the page noticed) neither throws nor sticks.
+      await f.server.stop();
+      await holder.$eval("#release", (button) => (button as unknown as { click(): void }).click());
+      const lost = await waitForState(holder, /^(lost the lock: .+|idle)$/);
+      assert.doesNotMatch(lost, /lease ran out/, `the reason is not the lease: ${lost}`);
+      await waitFor(() => holder.isEnabled("#acquire"), "the page can acquire again");
+      // The waiter's acquire gives up (no bridge) and its page is usable again.
+      await waitForState(waiter, /^idle$/, 20_000);
+      assert.equal(await waiter.isEnabled("#acquire"), true);
+      assert.deepEqual(errors, [], "no uncaught error on the pages");
+    });
+  },
+);
+
+browserTest("browser demo page names why a held lock was lost", async () => {
+  await withBrowser(async (f) => {
+    const page = await f.demo();
+    const raw = await f.raw();
+    await page.fill("#key", "ui:lost");
+    await page.fill("#lease", "1");
+    await page.click("#acquire");
+    const holding = await waitForState(page, /^holding ui:lost with fencing token \d+$/);
+    const token = BigInt(/token (\d+)$/.exec(holding)![1]);
+    // Someone else takes the key once the 1 s lease ran out: the page says so, not "idle".
+    tokenOf(await raw.request("A ui:lost 30 5"), "ui:lost");
+    const lost = await waitForState(page, /^lost the lock: /);
+    assert.match(lost, /lease/i, `the reason names the lease: ${lost}`);
+    assert.ok(token > 0n);
+  });
+});

@@ -28,7 +28,7 @@ Deno.test("bundle task matches the committed server/assets/lockd-client.js", asy
   const tasks = JSON.parse(await Deno.readTextFile(new URL("deno.json", ROOT))).tasks;
   assert.equal(
     tasks.bundle,
-    "deno bundle --platform browser --external=./tcp.ts -o server/assets/lockd-client.js mod.ts",
+    "deno bundle --platform browser --external=./tcp.ts --external=./node_tcp.ts -o server/assets/lockd-client.js mod.ts",
     "this test rebuilds with the same command",
   );
   const dir = await Deno.makeTempDir({ prefix: "lockd-bundle-" });
@@ -39,6 +39,7 @@ Deno.test("bundle task matches the committed server/assets/lockd-client.js", asy
       "--platform",
       "browser",
       "--external=./tcp.ts",
+      "--external=./node_tcp.ts",
       "-o",
       fresh,
       "mod.ts",
@@ -65,11 +66,13 @@ Deno.test("bundle uses no Deno API and no Node built-in", async () => {
   assert.deepEqual(uses, [], "the browser bundle uses `Deno`");
   assert.ok(!/["']node:/.test(bundle), "the browser bundle imports a `node:` module");
   assert.ok(!/\brequire\(/.test(bundle), "the browser bundle calls require()");
-  // Its only import is the TCP transport, loaded on demand for TCP addresses only.
+  // Its only imports are the TCP transports (Deno's, and node:net's for Node.js and Bun),
+  // loaded on demand for TCP addresses only, which a browser never gets to.
   const imports = [...bundle.matchAll(/\bimport\s*(?:\(\s*|[^;]*?from\s*)["']([^"']+)["']/g)]
     .map((m) => m[1]);
-  assert.deepEqual(imports, ["./tcp.ts"]);
+  assert.deepEqual(imports, ["./tcp.ts", "./node_tcp.ts"]);
   assert.match(bundle, /await import\("\.\/tcp\.ts"\)/);
+  assert.match(bundle, /await import\("\.\/node_tcp\.ts"\)/);
   // What a page imports.
   const exports = /export\s*\{([^}]*)\}\s*;?\s*$/.exec(bundle);
   assert.ok(exports, "the bundle ends with its exports");

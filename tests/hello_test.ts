@@ -83,7 +83,7 @@ Deno.test("helloOkReply() echoes the session, or - without one", () => {
 Deno.test("helloLine() throws a TypeError for an invalid hello, never quoting the secret", () => {
   const bad: Hello[] = [
     { session: "ABC", name: "n", credential: undefined },
-    { session: SESSION.toUpperCase(), name: "n", credential: undefined },
+    { session: `${SESSION}.`, name: "n", credential: undefined },
     { session: undefined, name: "", credential: undefined },
     { session: undefined, name: "a b", credential: undefined },
     { session: undefined, name: "n", credential: { name: "bad name", secret: SECRET } },
@@ -124,9 +124,9 @@ Deno.test("parseHello() refuses every malformed hello with an E that never holds
     [`HELLO 1 ${SESSION}`, /^usage: /],
     [`HELLO 2 ${SESSION} name billing ${SECRET}`, /^unsupported hello version$/],
     [`HELLO 01 - name billing ${SECRET}`, /^unsupported hello version$/],
-    [`HELLO 1 ${SESSION.slice(1)} name billing ${SECRET}`, /^session must be/],
-    [`HELLO 1 ${SESSION.toUpperCase()} name billing ${SECRET}`, /^session must be/],
-    [`HELLO 1 ${SESSION}0 name billing ${SECRET}`, /^session must be/],
+    [`HELLO 1 ${SESSION.slice(17)} name billing ${SECRET}`, /^session must be/],
+    [`HELLO 1 ${SESSION}${SESSION}0 name billing ${SECRET}`, /^session must be/],
+    [`HELLO 1 ${SESSION.slice(1)}.x name billing ${SECRET}`, /^session must be/],
     [`HELLO 1 -- name billing ${SECRET}`, /^session must be/],
     [`HELLO 1  ${SESSION} name billing ${SECRET}`, /^empty field/],
     [`HELLO 1 ${SESSION}  name billing ${SECRET}`, /^empty field/],
@@ -158,16 +158,26 @@ Deno.test("parseHello() refuses every malformed hello with an E that never holds
   }
 });
 
-Deno.test("parseHello() echoes the session field only when it is a session or -", () => {
+Deno.test("parseHello() never echoes the session field in an error (it may be a secret)", () => {
   const echo = (line: string) => (parseHello(line) as RequestError).key;
-  assert.equal(echo(`HELLO 2 ${SESSION} name`), SESSION);
+  assert.equal(echo(`HELLO 2 ${SESSION} name`), "-");
   assert.equal(echo("HELLO 2 - name"), "-");
-  assert.equal(echo("HELLO 1 nothex name"), "-");
+  assert.equal(echo("HELLO 1 nothex! name"), "-");
   assert.equal(echo("HELLO 1"), "-");
-  // A misplaced secret in the session's place is not repeated.
   assert.equal(echo(`HELLO billing ${SECRET}`), "-");
   assert.equal(echo(`HELLO 2 ${SECRET} name billing x`), "-");
   assert.equal(echo(`HELLO 1 ${SECRET} billing x y z`), "-");
+});
+
+Deno.test("parseHello() takes session ids of 16-64 letters, digits, - and _", () => {
+  for (const session of [SESSION, crypto.randomUUID(), "A".repeat(16), "a_b-".repeat(16)]) {
+    const hello = parseHello(`HELLO 1 ${session} name`);
+    assert.ok(!("kind" in hello), session);
+    assert.equal(hello.session, session);
+  }
+  for (const session of ["a".repeat(15), "a".repeat(65), `${SESSION}.`, `${SESSION}é`]) {
+    assert.ok("kind" in parseHello(`HELLO 1 ${session} name`), session);
+  }
 });
 
 Deno.test("isHello() tells a HELLO op from other lines", () => {
@@ -215,16 +225,19 @@ Deno.test("answerHello() without auth", async (t) => {
       reply: "HELLO - E unsupported hello version",
     });
   });
-  await t.step("refuses a late hello, echoing its session, and keeps the connection", () => {
-    assert.deepEqual(answerHello(ctx, "HELLO 1 - w-1", "10.0.0.1:5", true), {
-      kind: "error",
-      reply: "HELLO - E hello must be the first line",
-    });
-    assert.deepEqual(answerHello(ctx, `HELLO 1 ${SESSION} w-1`, "10.0.0.1:5", true), {
-      kind: "error",
-      reply: `HELLO ${SESSION} E hello must be the first line`,
-    });
-  });
+  await t.step(
+    "refuses a late hello, without echoing its session, and keeps the connection",
+    () => {
+      assert.deepEqual(answerHello(ctx, "HELLO 1 - w-1", "10.0.0.1:5", true), {
+        kind: "error",
+        reply: "HELLO - E hello must be the first line",
+      });
+      assert.deepEqual(answerHello(ctx, `HELLO 1 ${SESSION} w-1`, "10.0.0.1:5", true), {
+        kind: "error",
+        reply: "HELLO - E hello must be the first line",
+      });
+    },
+  );
 });
 
 Deno.test("answerHello() with auth", async (t) => {
@@ -313,7 +326,7 @@ const SECRET_TEXT = /^[\x21-\x7e]{1,256}$/;
 
 /** The spec's rule for a valid hello, written independently of the codec. */
 function validHello(line: string): boolean {
-  const m = /^HELLO 1 (-|[0-9a-f]{32}) ([^ ]+)(?: ([^ ]+) ([^ ]+))?$/.exec(line);
+  const m = /^HELLO 1 (-|[A-Za-z0-9_-]{16,64}) ([^ ]+)(?: ([^ ]+) ([^ ]+))?$/.exec(line);
   if (m === null) return false;
   const name = m[2];
   if (/[\s\p{Cc}]/u.test(name) || !name.isWellFormed()) return false;

@@ -139,7 +139,7 @@ Deno.test("ClientSession with auth answers a wrong credential after the throttle
   assert.deepEqual(sink.take(), [], "no answer before the delay");
   assert.deepEqual(h.delayed.map((d) => d.ms), [100]);
   h.delayed.shift()!.fn();
-  assert.deepEqual(sink.take(), [`HELLO ${SESSION} E ${AUTH_FAILED}`]);
+  assert.deepEqual(sink.take(), [`HELLO - E ${AUTH_FAILED}`]);
   assert.equal(sink.closes, 1);
   assert.equal(h.table.held, 0);
   assert.equal(h.grace.live(SESSION), false, "a refused session is not attached");
@@ -206,7 +206,7 @@ Deno.test("ClientSession refuses a late hello with E and stays usable", async (t
       session.line("A billing:k 30 0");
       assert.deepEqual(sink.take(), [
         "HELLO - OK",
-        `HELLO ${SESSION} E hello must be the first line`,
+        "HELLO - E hello must be the first line",
         "A billing:k A 1",
       ]);
       assert.equal(session.identity?.name, "first", "the second changed nothing");

@@ -13,11 +13,14 @@ import {
   errorReply,
   formatReply,
   formatRequest,
+  inspectLine,
+  isInspection,
   keyError,
   LINE_TOO_LONG,
   MAX_KEY_BYTES,
   MAX_LINE_BYTES,
   NO_ACTIVE_NODE,
+  parseInspection,
   parseRequest,
   type Reply,
   utf8Length,
@@ -190,6 +193,10 @@ export class BridgeSession {
       return;
     }
     if (data === "") return;
+    if (isInspection(data)) {
+      this.#inspect(data);
+      return;
+    }
     const request = parseRequest(data, { maxLeaseMs: Number.MAX_SAFE_INTEGER });
     if ("kind" in request) {
       this.#reply(request.op, request.key, errorReply(request.op, request.key, request.message));
@@ -233,6 +240,37 @@ export class BridgeSession {
       this.#settle(op, key, place, errorReply(op, key, NO_ACTIVE_NODE));
     }).finally(() => {
       if (counted) this.#inFlight--;
+    });
+  }
+
+  /**
+   * Relays `I <key>` (docs/protocol.md, "Inspection") for a key of this session's prefix. The
+   * node-wide requests, `S` and `L`, are not relayed: a page sees only keys it names.
+   */
+  #inspect(data: string): void {
+    const request = parseInspection(data);
+    if ("kind" in request) {
+      this.#reply(request.op, request.key, errorReply(request.op, request.key, request.message));
+      return;
+    }
+    if (request.op !== "I") {
+      const { op, key } = request;
+      this.#reply(op, key, errorReply(op, key, "not available through the bridge"));
+      return;
+    }
+    const { op, key } = request;
+    const target = this.#options.prefix + key;
+    if (utf8Length(target) > MAX_KEY_BYTES) {
+      const room = MAX_KEY_BYTES - utf8Length(this.#options.prefix);
+      this.#reply(op, key, errorReply(op, key, `key must be at most ${room} bytes here`));
+      return;
+    }
+    const place: OrderedReply = { reply: undefined };
+    this.#order.push(echoId(op, key), place);
+    this.#group.relay.exchange(op, target, inspectLine(target)).then((reply) => {
+      if (!this.#closed) this.#settle(op, key, place, formatReply({ ...reply, op, key }));
+    }, () => {
+      this.#settle(op, key, place, errorReply(op, key, NO_ACTIVE_NODE));
     });
   }
 

@@ -28,7 +28,7 @@ export interface Credential {
 
 /** A parsed hello. */
 export interface Hello {
-  /** The session id: 32 lowercase hex digits (128 bits), or `undefined` for none (`-`). */
+  /** The session id (16–64 letters, digits, `-`, `_`), or `undefined` for none (`-`). */
   session: string | undefined;
   /** The client's name, shown to whoever inspects a key it holds. */
   name: string;
@@ -36,7 +36,8 @@ export interface Hello {
   credential: Credential | undefined;
 }
 
-const SESSION = /^[0-9a-f]{32}$/;
+/** A session id: 16–64 letters, digits, `-` or `_` (32 hex digits, a UUID, base64url...). */
+const SESSION = /^[A-Za-z0-9_-]{16,64}$/;
 const CREDENTIAL_NAME = /^[A-Za-z0-9._@-]{1,64}$/;
 const SECRET = /^[\x21-\x7e]{1,256}$/;
 
@@ -72,8 +73,8 @@ export function clientNameError(name: string): string | undefined {
 export function parseHello(line: string): Hello | RequestError {
   const f = line.split(" ");
   const session = f[2];
-  // Echoed only when it is a session (or -): a misplaced secret must not be repeated.
-  const echo = session === "-" || SESSION.test(session ?? "") ? session : "-";
+  // An error never echoes the session field: it might be a secret sent in the wrong place.
+  const echo = "-";
   if (f[0] !== "HELLO") return fail(echo, "not a hello");
   if (f.some((field, i) => i > 0 && field === "")) {
     return fail(echo, "empty field; fields are separated by single spaces");
@@ -83,7 +84,7 @@ export function parseHello(line: string): Hello | RequestError {
   }
   if (f[1] !== String(HELLO_VERSION)) return fail(echo, "unsupported hello version");
   if (session !== "-" && !SESSION.test(session)) {
-    return fail("-", "session must be 32 lowercase hex digits, or -");
+    return fail("-", "session must be 16-64 letters, digits, '-' or '_', or -");
   }
   const nameProblem = clientNameError(f[3]);
   if (nameProblem !== undefined) return fail(echo, nameProblem);
@@ -112,7 +113,7 @@ export function parseHello(line: string): Hello | RequestError {
 export function helloLine(hello: Hello): string {
   const session = hello.session ?? "-";
   if (session !== "-" && !SESSION.test(session)) {
-    throw new TypeError("session must be 32 lowercase hex digits");
+    throw new TypeError("session must be 16-64 letters, digits, '-' or '_'");
   }
   const nameProblem = clientNameError(hello.name);
   if (nameProblem !== undefined) throw new TypeError(`Invalid client name: ${nameProblem}`);

@@ -325,7 +325,7 @@ function parseJson(text) {
 // client/codec/hello.ts
 var HELLO_VERSION = 1;
 var MAX_CLIENT_NAME_BYTES = 128;
-var SESSION = /^[0-9a-f]{32}$/;
+var SESSION = /^[A-Za-z0-9_-]{16,64}$/;
 var CREDENTIAL_NAME = /^[A-Za-z0-9._@-]{1,64}$/;
 var SECRET = /^[\x21-\x7e]{1,256}$/;
 function clientNameError(name) {
@@ -338,7 +338,7 @@ function clientNameError(name) {
 function helloLine(hello) {
   const session = hello.session ?? "-";
   if (session !== "-" && !SESSION.test(session)) {
-    throw new TypeError("session must be 32 lowercase hex digits");
+    throw new TypeError("session must be 16-64 letters, digits, '-' or '_'");
   }
   const nameProblem = clientNameError(hello.name);
   if (nameProblem !== void 0) throw new TypeError(`Invalid client name: ${nameProblem}`);
@@ -624,13 +624,25 @@ var LockHandle = class {
 };
 
 // client/dial.ts
+function tcpRuntime() {
+  const g = globalThis;
+  if (g.Deno !== void 0) return "deno";
+  const versions = g.process?.versions;
+  if (versions?.node !== void 0 || versions?.bun !== void 0) return "node";
+  return void 0;
+}
 async function connectTransport(address, handlers, signal) {
   if (address.scheme === "tcp" || address.scheme === "tls") {
-    if (!("Deno" in globalThis)) {
-      throw new Error(`TCP address ${address.key} needs Deno; in a browser or other runtime use the WebSocket bridge (ws:// or wss://)`);
+    const runtime = tcpRuntime();
+    if (runtime === "deno") {
+      const { connectTcp } = await import("./tcp.ts");
+      return connectTcp(address, handlers, signal);
     }
-    const { connectTcp } = await import("./tcp.ts");
-    return connectTcp(address, handlers, signal);
+    if (runtime === "node") {
+      const { connectNodeTcp } = await import("./node_tcp.ts");
+      return connectNodeTcp(address, handlers, signal);
+    }
+    throw new Error(`TCP address ${address.key} needs Deno, Node.js or Bun; in a browser or an edge worker use the WebSocket bridge (ws:// or wss://)`);
   }
   const { connectWebSocket: connectWebSocket2 } = await Promise.resolve().then(() => (init_ws(), ws_exports));
   return connectWebSocket2(address, handlers, signal);
@@ -1611,8 +1623,7 @@ var LockClient = class {
    * holder's token, client name and lease left (seconds), and how many acquires wait.
    *
    * @throws {LockUnavailableError} No connection could carry the request.
-   * @throws {LockRejectedError} The server refused it (outside the credential's prefix; a
-   * bridge, which does not relay inspection).
+   * @throws {LockRejectedError} The server refused it (outside the credential's prefix).
    * @throws {TypeError} For an invalid key (nothing is sent).
    *
    * @example Who holds a key

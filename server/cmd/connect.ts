@@ -1,0 +1,68 @@
+/**
+ * A `LockClient` for a subcommand, from its connection options (docs/cli.md, "Connection
+ * options"): reads the CA file and the credential's secret file, and names the client.
+ *
+ * @module
+ */
+
+import { LockClient } from "../../mod.ts";
+import { type Connection, defaultClientName } from "./args.ts";
+import { CommandError, EXIT } from "./exit.ts";
+
+/** Reads a file named by an option, or says which option named what could not be read. */
+async function readOption(path: string, option: string): Promise<string> {
+  try {
+    return await Deno.readTextFile(path);
+  } catch (error) {
+    const why = error instanceof Deno.errors.NotFound
+      ? "no such file"
+      : error instanceof Deno.errors.PermissionDenied
+      ? "permission denied"
+      : error instanceof Error
+      ? error.message.split("\n")[0]
+      : String(error);
+    throw new CommandError(`${option}: cannot read ${JSON.stringify(path)}: ${why}`, EXIT.noInput);
+  }
+}
+
+/** This machine's name, or `localhost` when it cannot be read. */
+function hostname(): string {
+  try {
+    return Deno.hostname();
+  } catch {
+    return "localhost";
+  }
+}
+
+/**
+ * Opens a client of `connection.servers` for subcommand `command` (its default name is
+ * `lockd-<command>@<hostname>:<pid>`). Close it when done.
+ *
+ * @throws {CommandError} A file cannot be read (66), or a credential or name is not valid
+ * (64; the message never holds the secret).
+ */
+export async function openClient(connection: Connection, command: string): Promise<LockClient> {
+  const caCerts = connection.caFile === undefined
+    ? undefined
+    : [await readOption(connection.caFile, "--ca-file")];
+  let auth: { name: string; secret: string } | undefined;
+  if (connection.auth !== undefined) {
+    const source = connection.auth.secret;
+    const secret = "value" in source
+      ? source.value
+      : (await readOption(source.file, "--auth-secret-file")).split("\n")[0].trim();
+    if (secret === "") {
+      throw new CommandError(
+        "value" in source ? "LOCKD_AUTH_SECRET is empty" : "the secret file's first line is empty",
+      );
+    }
+    auth = { name: connection.auth.name, secret };
+  }
+  const name = connection.name ?? defaultClientName(command, hostname(), Deno.pid);
+  try {
+    return new LockClient(connection.servers, { name, auth, caCerts });
+  } catch (error) {
+    // helloLine() says what is wrong with a credential without quoting it.
+    throw new CommandError(error instanceof Error ? error.message : String(error));
+  }
+}

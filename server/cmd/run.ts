@@ -1,0 +1,124 @@
+/**
+ * `lockd run KEY -- CMD [ARGS...]` (docs/cli.md, "lockd run"): acquire a session-bound,
+ * auto-extended lock, run the command under it with `LOCKD_KEY` and `LOCKD_TOKEN`, pass
+ * signals on to its process group, stop the group if the lock is lost (exit 70), and
+ * release the moment the command exits (exit with its status).
+ *
+ * @module
+ */
+
+import type { Lock, LockClient } from "../../mod.ts";
+import { ChildGroup, FORWARDED_SIGNALS, onSignals } from "./child.ts";
+import { openClient } from "./connect.ts";
+import {
+  childExitCode,
+  credentialHint,
+  EXIT,
+  exitCodeOf,
+  messageOf,
+  signalNumber,
+} from "./exit.ts";
+import type { RunArgs } from "./parse.ts";
+import type { Connection } from "./args.ts";
+
+/** Where `lockd run` writes its own lines: standard error only (stdout is the command's). */
+export type Diagnostics = (line: string) => void;
+
+/** The exit status after a signal ended the wait for the lock: 128+N, as if it killed us. */
+function signalExit(signal: Deno.Signal): number {
+  return 128 + (signalNumber(signal, Deno.build.os) ?? 0);
+}
+
+/** Acquires the lock, giving up when `signal` fires; `undefined` when it did. */
+async function acquire(
+  client: LockClient,
+  run: RunArgs,
+  signal: AbortSignal,
+): Promise<Lock | undefined> {
+  try {
+    return await client.acquire(run.key, {
+      lease: run.lease,
+      wait: run.wait,
+      session: true,
+      autoExtend: true,
+      signal,
+    });
+  } catch (error) {
+    if (signal.aborted) return undefined;
+    throw error;
+  }
+}
+
+/** Resolves with the reason once `lock.signal` fires (the lock is lost or suspected lost). */
+function lost(lock: Lock): Promise<string> {
+  const why = () => messageOf(lock.signal.reason);
+  if (lock.signal.aborted) return Promise.resolve(why());
+  return new Promise((resolve) =>
+    lock.signal.addEventListener("abort", () => resolve(why()), { once: true })
+  );
+}
+
+/**
+ * Runs `lockd run`; resolves with its exit status. Writes nothing on stdout.
+ *
+ * @param say Writes one line of diagnostics (prefixed by the caller).
+ */
+export async function runUnderLock(
+  run: RunArgs & { connection: Connection },
+  say: Diagnostics,
+): Promise<number> {
+  // Signals count from the start: one during the wait ends the wait.
+  let forward: ((signal: Deno.Signal) => void) | undefined;
+  const interrupted = new AbortController();
+  let received: Deno.Signal | undefined;
+  const stopListening = onSignals(FORWARDED_SIGNALS, (signal) => {
+    if (forward !== undefined) return forward(signal);
+    received ??= signal;
+    interrupted.abort(signal);
+  });
+  let client: LockClient | undefined;
+  try {
+    client = await openClient(run.connection, "run");
+    const lock = await acquire(client, run, interrupted.signal);
+    if (lock === undefined || received !== undefined) {
+      await lock?.release().catch(() => {});
+      return signalExit(received ?? "SIGINT");
+    }
+    if (lock.signal.aborted) {
+      say(`${messageOf(lock.signal.reason)}; the command was not started`);
+      return EXIT.software;
+    }
+    let child: ChildGroup;
+    try {
+      child = ChildGroup.spawn(run.command[0], run.command.slice(1), {
+        LOCKD_KEY: lock.key,
+        LOCKD_TOKEN: String(lock.token),
+      });
+    } catch (error) {
+      await lock.release().catch(() => {});
+      throw error;
+    }
+    forward = (signal) => void child.signal(signal);
+    const outcome = await Promise.race([
+      child.status.then((status) => ({ status })),
+      lost(lock).then((why) => ({ why })),
+    ]);
+    if ("status" in outcome) {
+      // Released at once, so the next waiter need not wait for our exit.
+      await lock.release().catch((error) => say(`could not release: ${messageOf(error)}`));
+      return childExitCode(outcome.status, Deno.build.os);
+    }
+    const grace = run.killGrace;
+    // outcome.why reads 'Lock "k" (token 7) is lost: <why>'.
+    say(`${outcome.why}; stopping the command (SIGTERM, then SIGKILL after ${grace} s)`);
+    await child.stop(grace * 1000);
+    return EXIT.software;
+  } catch (error) {
+    const code = exitCodeOf(error);
+    say(messageOf(error) + credentialHint(code, run.connection.auth !== undefined));
+    return code;
+  } finally {
+    stopListening();
+    await client?.close();
+  }
+}
