@@ -20,6 +20,8 @@ export interface Options {
   redisRetryUs: number;
   redis: boolean;
   only: Set<number>;
+  /** Idle connections opened by scenario 6. */
+  connections: number;
   partial: boolean;
 }
 

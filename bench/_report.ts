@@ -10,6 +10,7 @@ import { type ClusterFigure } from "./cluster.ts";
 import { type ContentionFigure } from "./contention.ts";
 import { LEASE_SAMPLES, LEASE_SETTLE_MS, type LeaseFigure } from "./leases.ts";
 import { type MemoryFigure } from "./memory.ts";
+import type { ConnectionsFigure } from "./connections.ts";
 import { FIRST_WARMUP_S, type PairsFigure } from "./pairs.ts";
 
 export interface Results {
@@ -18,6 +19,7 @@ export interface Results {
   memory?: MemoryFigure;
   leases?: LeaseFigure;
   cluster?: ClusterFigure;
+  connections?: ConnectionsFigure;
 }
 
 export interface Target {
@@ -104,6 +106,19 @@ export function targets(results: Results): Target[] {
     "×",
     Number.isFinite(memRatio)
       ? `${memRatio.toFixed(2)}× (${num(m!.lockdRssPerLock)} vs ${num(m!.redisUsedPerLock)} B)`
+      : "–",
+  ));
+  const c = results.connections;
+  const connRatio = (c?.lockdPerConnection ?? NaN) / (c?.redisPerConnection ?? NaN);
+  list.push(atMost(
+    "memory per idle connection ≤ Redis's (ratio ≤ 1.00)",
+    connRatio,
+    1,
+    "×",
+    Number.isFinite(connRatio)
+      ? `${connRatio.toFixed(2)}× (${num(c!.lockdPerConnection)} vs ${
+        num(c!.redisPerConnection)
+      } B)`
       : "–",
   ));
   const l = results.leases;
@@ -206,6 +221,24 @@ export function table(results: Results): string[] {
       `bytes per queued waiter (${int(m.waiters)} waiters)`,
       num(m.lockdRssPerWaiter),
       "no queue",
+    );
+  }
+  const idle = results.connections;
+  if (idle) {
+    const name = `6. ${int(idle.connections)} idle connections`;
+    row(
+      name,
+      "bytes of server RSS per idle connection",
+      num(idle.lockdPerConnection),
+      num(idle.redisPerConnection),
+      ratio(idle.lockdPerConnection, idle.redisPerConnection),
+    );
+    row(
+      name,
+      "MB of RSS kept 3 s after they all closed",
+      num(idle.lockdKeptAfterClose / 1e6),
+      num(idle.redisKeptAfterClose / 1e6),
+      ratio(idle.lockdKeptAfterClose, idle.redisKeptAfterClose),
     );
   }
   const l = results.leases;

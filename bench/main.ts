@@ -24,6 +24,7 @@ import { Bench, type Json, type Kind, type Options } from "./_bench.ts";
 import { commandOutput, ticksPerSecond } from "./_procs.ts";
 import { markdown, type Results, targets } from "./_report.ts";
 import { scenarioCluster } from "./cluster.ts";
+import { scenarioConnections } from "./connections.ts";
 import { scenarioContention } from "./contention.ts";
 import { scenarioLeases } from "./leases.ts";
 import { scenarioMemory } from "./memory.ts";
@@ -46,7 +47,8 @@ const HELP = `Usage: deno task bench [options]
   --failovers N         runs of each failover measurement (default 10)
   --redis-retry-us N    Redis contention: retry a refused SET NX after N µs (default 1000)
   --no-redis            lockd only, even if redis-server is on the PATH
-  --only LIST           scenarios to run, e.g. 1,2 (default all: 1,2,3,4,5)
+  --connections N       idle connections for scenario 6 (default 10000)
+  --only LIST           scenarios to run, e.g. 1,2 (default all: 1,2,3,4,5,6)
   --help                this text
 `;
 
@@ -66,6 +68,7 @@ function parseOptions(args: string[]): Options | undefined {
       "redis-retry-us": { type: "string" },
       "no-redis": { type: "boolean", default: false },
       only: { type: "string" },
+      connections: { type: "string" },
       help: { type: "boolean", default: false },
     },
   });
@@ -81,7 +84,7 @@ function parseOptions(args: string[]): Options | undefined {
     return n;
   };
   const only = new Set(
-    (values.only ?? "1,2,3,4,5").split(",").map((s) => Number(s.trim())).filter((n) => n > 0),
+    (values.only ?? "1,2,3,4,5,6").split(",").map((s) => Number(s.trim())).filter((n) => n > 0),
   );
   const options: Options = {
     quick,
@@ -96,6 +99,7 @@ function parseOptions(args: string[]): Options | undefined {
     redisRetryUs: number(values["redis-retry-us"], 1000, "redis-retry-us"),
     redis: !values["no-redis"],
     only,
+    connections: number(values.connections, quick ? 2000 : 10_000, "connections"),
     partial: false,
   };
   options.partial = quick || values.only !== undefined;
@@ -179,6 +183,7 @@ async function main(args: string[]): Promise<number> {
     results.memory = await attempt(3, scenarioMemory);
     results.leases = await attempt(4, scenarioLeases);
     results.cluster = await attempt(5, scenarioCluster);
+    results.connections = await attempt(6, (b) => scenarioConnections(b, options.connections));
     const command = `deno task bench ${args.join(" ")}`.trim();
     const report = markdown(results, machine, options, command, bench.anomalies);
     const name = options.partial ? "quick" : "latest";

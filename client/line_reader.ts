@@ -31,7 +31,29 @@ export interface LineReaderOptions {
   maxLineBytes: number;
   /** Bytes read at once. Default 16 KiB; at least twice `maxLineBytes`. */
   bufferBytes?: number;
+  /**
+   * Start with a buffer of this many bytes and grow to `bufferBytes` only when reads fill it
+   * or a line needs the room, shrinking back when the connection goes quiet: an idle
+   * connection then costs this much instead of the full buffer. Default: `bufferBytes` (no
+   * growth).
+   */
+  initialBytes?: number;
 }
+
+/** Chunks up to this many bytes are decoded in JavaScript when they are ASCII. */
+const SHORT_ASCII = 512;
+
+/**
+ * The text of `bytes` if they are all ASCII, else `undefined`: for the short chunks of
+ * unpipelined requests this is cheaper than a call into the runtime's decoder.
+ */
+function asciiText(bytes: Uint8Array): string | undefined {
+  for (let i = 0; i < bytes.length; i++) if (bytes[i] > 0x7f) return undefined;
+  return String.fromCharCode.apply(null, bytes as unknown as number[]);
+}
+
+/** Reads in a row that leave most of a grown buffer unused before it shrinks back. */
+const SHRINK_AFTER = 64;
 
 // ignoreBOM: a U+FEFF at the start of a chunk is part of the line, as anywhere else.
 const strict = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
@@ -42,15 +64,28 @@ export class LineReader {
   #sink: LineSink;
   #max: number;
   #buf: Uint8Array;
+  /** The size the buffer grows to. */
+  #full: number;
+  /** The size it starts at and shrinks back to. */
+  #small: number;
+  /** Reads in a row that used less than a small buffer's worth of a grown one. */
+  #quiet = 0;
   /** Bytes of an unfinished line at the start of the buffer. */
   #kept = 0;
   #stopped = false;
 
-  /** @param sink Receives lines. @param options The line limit. */
+  /** @param sink Receives lines. @param options The line limit and buffer sizes. */
   constructor(sink: LineSink, options: LineReaderOptions) {
     this.#sink = sink;
     this.#max = options.maxLineBytes;
-    this.#buf = new Uint8Array(Math.max(options.bufferBytes ?? 16 * 1024, 2 * this.#max + 2));
+    this.#full = Math.max(options.bufferBytes ?? 16 * 1024, 2 * this.#max + 2);
+    this.#small = Math.min(this.#full, Math.max(64, options.initialBytes ?? this.#full));
+    this.#buf = new Uint8Array(this.#small);
+  }
+
+  /** The buffer's current size in bytes (it grows under load and shrinks when quiet). */
+  get bufferBytes(): number {
+    return this.#buf.length;
   }
 
   /** The free part of the buffer: read the next bytes into it. */
@@ -69,16 +104,37 @@ export class LineReader {
     if (n === 0) return true;
     const buf = this.#buf;
     const end = this.#kept + n;
+    const filled = end === buf.length;
     const lastNewline = buf.lastIndexOf(10, end - 1);
     if (lastNewline < this.#kept) {
       this.#kept = end;
+      if (filled) this.#resize(this.#full);
       return this.#checkKept();
     }
     this.#lines(buf.subarray(0, lastNewline));
     const kept = end - lastNewline - 1;
     if (kept > 0) buf.copyWithin(0, lastNewline + 1, end);
     this.#kept = kept;
+    if (filled) this.#resize(this.#full);
+    else if (buf.length > this.#small) this.#maybeShrink(end);
     return !this.#stopped && this.#checkKept();
+  }
+
+  /** A read that filled the buffer grows it; a run of small reads shrinks it back. */
+  #maybeShrink(end: number): void {
+    if (end > this.#small || this.#kept > 0) {
+      this.#quiet = 0;
+      return;
+    }
+    if (++this.#quiet >= SHRINK_AFTER) this.#resize(this.#small);
+  }
+
+  #resize(size: number): void {
+    this.#quiet = 0;
+    if (size === this.#buf.length) return;
+    const next = new Uint8Array(size);
+    if (this.#kept > 0) next.set(this.#buf.subarray(0, this.#kept));
+    this.#buf = next;
   }
 
   /** An unfinished line longer than the limit (plus room for its `\r`) cannot end well. */
@@ -94,12 +150,14 @@ export class LineReader {
 
   /** Delivers complete lines (`bytes` ends just before a `\n`). */
   #lines(bytes: Uint8Array): void {
-    let text: string;
-    try {
-      text = strict.decode(bytes);
-    } catch {
-      this.#linesOneByOne(bytes);
-      return;
+    let text: string | undefined = bytes.length <= SHORT_ASCII ? asciiText(bytes) : undefined;
+    if (text === undefined) {
+      try {
+        text = strict.decode(bytes);
+      } catch {
+        this.#linesOneByOne(bytes);
+        return;
+      }
     }
     let start = 0;
     for (;;) {

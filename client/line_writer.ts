@@ -21,10 +21,14 @@ export interface LineWriterEvents {
   failed(error: unknown): void;
 }
 
-/** Smallest output buffer: above V8's 64-byte limit for arrays kept inside its heap. */
-const BUFFER_MIN = 256;
-/** Output buffers up to this size are kept for the next write. */
-const BUFFER_KEEP = 16 * 1024;
+/**
+ * Output buffers are borrowed from one pool shared by every writer for the time of a write,
+ * so an idle connection holds none, and a busy one allocates none.
+ */
+const POOLED_BYTES = 4096;
+/** Buffers the pool keeps at most. */
+const POOL_MAX = 256;
+const pool: Uint8Array[] = [];
 const encoder = new TextEncoder();
 
 /** Queues lines and writes them in batches. */
@@ -36,9 +40,9 @@ export class LineWriter {
   #outUnits = 0;
   /** UTF-16 units queued or in flight. */
   #held = 0;
-  /** Reused output buffer; null until the first write or after a big one. */
-  #buf: Uint8Array | null = null;
   #writing = false;
+  /** The pooled buffer of the write in flight, if it uses one. */
+  #lent: Uint8Array | null = null;
   /** When the write in flight began (`performance.now()`), while one is. */
   #writingSince = 0;
   #failed = false;
@@ -87,7 +91,7 @@ export class LineWriter {
       this.#out.length === 1 ? this.#out[0] + "\n" : this.#out.join("\n") + "\n",
     );
     const units = this.#outUnits;
-    this.#out = [];
+    this.#out.length = 0;
     this.#outUnits = 0;
     this.#writing = true;
     this.#writingSince = performance.now();
@@ -100,7 +104,6 @@ export class LineWriter {
     this.#held -= this.#outUnits;
     this.#out = [];
     this.#outUnits = 0;
-    this.#buf = null;
   }
 
   async #send(data: Uint8Array, units: number): Promise<void> {
@@ -112,12 +115,14 @@ export class LineWriter {
     } catch (error) {
       this.#writing = false;
       this.#held -= units;
+      this.#giveBack();
       if (!this.#failed) {
         this.discard();
         this.#events.failed(error);
       }
       return;
     }
+    this.#giveBack();
     this.#writing = false;
     this.#held -= units;
     if (this.#failed) return;
@@ -125,21 +130,26 @@ export class LineWriter {
     this.#events.written?.(units);
   }
 
-  /**
-   * Encodes `text` into the reused buffer rather than a fresh array per write. At most one
-   * write is in flight, so one buffer is enough; it is kept only while small.
-   */
+  /** Encodes `text` into a buffer borrowed from the pool (or a fresh one for a big text). */
   #encode(text: string): Uint8Array {
-    let buf = this.#buf;
-    if (buf === null || buf.length < text.length) {
-      buf = new Uint8Array(Math.max(BUFFER_MIN, text.length));
+    if (text.length <= POOLED_BYTES) {
+      const buf = pool.pop() ?? new Uint8Array(POOLED_BYTES);
+      const { read, written } = encoder.encodeInto(text, buf);
+      if (read === text.length) {
+        this.#lent = buf;
+        return buf.subarray(0, written);
+      }
+      // More bytes than units (non-ASCII): this text needs a buffer of its own.
+      pool.push(buf);
     }
-    let { read, written } = encoder.encodeInto(text, buf);
-    if (read < text.length) {
-      buf = new Uint8Array(utf8Length(text));
-      written = encoder.encodeInto(text, buf).written;
-    }
-    this.#buf = buf.length <= BUFFER_KEEP ? buf : null;
-    return buf.subarray(0, written);
+    const own = new Uint8Array(utf8Length(text));
+    encoder.encodeInto(text, own);
+    return own;
+  }
+
+  /** The write in flight is over: its pooled buffer goes back. */
+  #giveBack(): void {
+    if (this.#lent !== null && pool.length < POOL_MAX) pool.push(this.#lent);
+    this.#lent = null;
   }
 }

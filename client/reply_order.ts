@@ -42,39 +42,42 @@ class Fifo<E> {
 
 /** The reserved reply places of one connection, per id, in request order. */
 export class ReplyOrder<E extends OrderedReply> {
-  #queues = new Map<string, Fifo<E>>();
+  /** Made on first use: most connections never queue, and an idle one should cost little. */
+  #queues: Map<string, Fifo<E>> | undefined;
 
   /** Whether `id` has a place not yet sent (a later reply of `id` must wait behind it). */
   has(id: string): boolean {
-    return this.#queues.has(id);
+    return this.#queues !== undefined && this.#queues.has(id);
   }
 
   /** Reserves the next place of `id` for `entry` (decided or not). */
   push(id: string, entry: E): void {
-    let queue = this.#queues.get(id);
-    if (queue === undefined) this.#queues.set(id, queue = new Fifo());
+    const queues = this.#queues ??= new Map();
+    let queue = queues.get(id);
+    if (queue === undefined) queues.set(id, queue = new Fifo());
     queue.items.push(entry);
   }
 
   /** Hands every decided entry at the head of `id`'s queue to `send`, in order. */
   drain(id: string, send: (entry: E) => void): void {
-    const queue = this.#queues.get(id);
+    const queue = this.#queues?.get(id);
     if (queue === undefined) return;
     for (let first = queue.first(); first !== undefined && first.reply !== undefined;) {
       queue.take();
       send(first);
       first = queue.first();
     }
-    if (queue.empty) this.#queues.delete(id);
+    if (queue.empty) this.#queues!.delete(id);
   }
 
   /** Every entry still in a queue (decided or not), each id's in order. */
   *entries(): IterableIterator<E> {
+    if (this.#queues === undefined) return;
     for (const queue of this.#queues.values()) yield* queue;
   }
 
   /** Forgets every place. */
   clear(): void {
-    this.#queues.clear();
+    this.#queues = undefined;
   }
 }

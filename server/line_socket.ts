@@ -17,6 +17,8 @@ import { LineWriter } from "../client/line_writer.ts";
 import type { Batch, Flushable, UrgentOutput } from "./batch.ts";
 import type { Logger } from "./log.ts";
 
+/** The read buffer of a connection that is quiet, in bytes (grown under load). */
+export const IDLE_READ_BYTES = 256;
 /** What a connection does with its input. */
 export interface LineHandler {
   /** One line, without its line ending (`\n` or `\r\n`), never empty. */
@@ -261,7 +263,8 @@ export class LineSocket implements UrgentOutput {
       },
       accepting: () => !this.#closing && !this.#closed,
     };
-    const reader = new LineReader(sink, { maxLineBytes });
+    // An idle connection keeps a 256-byte read buffer; a busy one grows it (docs/server.md).
+    const reader = new LineReader(sink, { maxLineBytes, initialBytes: IDLE_READ_BYTES });
     let reset = false;
     const log = this.#options.log;
     try {
