@@ -10,7 +10,6 @@ import { freePorts, sleep } from "../tests/_net.ts";
 export { freePorts, sleep };
 
 const ROOT = new URL("..", import.meta.url).pathname;
-const SERVER_MAIN = `${ROOT}server/main.ts`;
 const FLOOR_MAIN = `${ROOT}bench/floor_server.ts`;
 const READY_TIMEOUT_MS = 15_000;
 const STOP_TIMEOUT_MS = 10_000;
@@ -41,7 +40,9 @@ async function* lines(stream: ReadableStream<Uint8Array>): AsyncGenerator<string
 }
 
 /** Keeps the last few thousand characters of a stream (a server's log, for error reports). */
-function tail(stream: ReadableStream<Uint8Array>): { text: () => string; done: Promise<void> } {
+export function tail(
+  stream: ReadableStream<Uint8Array>,
+): { text: () => string; done: Promise<void> } {
   let text = "";
   const done = (async () => {
     for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
@@ -73,7 +74,8 @@ export interface ServerProcess {
   stop(): Promise<number>;
 }
 
-function wrap(
+/** A {@linkcode ServerProcess} over a spawned child (its log from `log`, drained by `drained`). */
+export function wrap(
   name: string,
   child: Deno.ChildProcess,
   port: number,
@@ -128,6 +130,8 @@ export interface LockdOptions {
   name?: string;
   /** More command-line arguments (e.g. `--replication sync`). */
   args?: string[];
+  /** A copy of the package (ending in `/`) to run `server/main.ts` from; default this one. */
+  root?: string;
 }
 
 /**
@@ -138,7 +142,8 @@ export function startLockd(options: LockdOptions): Promise<ServerProcess> {
   const args = ["--listen", `127.0.0.1:${options.port ?? 0}`, "--data-dir", options.dataDir];
   if (options.peers) args.push("--peers", options.peers.join(","));
   if (options.args) args.push(...options.args);
-  return startDenoServer(SERVER_MAIN, args, options.name ?? "lockd");
+  const root = options.root ?? ROOT;
+  return startDenoServer(`${root}server/main.ts`, args, options.name ?? "lockd", root);
 }
 
 /**
@@ -154,10 +159,11 @@ async function startDenoServer(
   script: string,
   scriptArgs: string[],
   name: string,
+  cwd = ROOT,
 ): Promise<ServerProcess> {
   const child = new Deno.Command(Deno.execPath(), {
     args: ["run", "-A", script, ...scriptArgs],
-    cwd: ROOT,
+    cwd,
     stdin: "null",
     stdout: "piped",
     stderr: "piped",

@@ -20,7 +20,14 @@ import {
   toMs,
   type TryAcquireOptions,
 } from "./options.ts";
-import { acquire, extend, release, type RequestContext } from "./requests.ts";
+import {
+  acquire,
+  type AcquireParams,
+  extend,
+  release,
+  releaseLock,
+  type RequestContext,
+} from "./requests.ts";
 import {
   inspectKey,
   listLocks,
@@ -67,6 +74,10 @@ export class LockClient implements AsyncDisposable {
   #closed: Promise<void> | undefined;
   #locks = new Set<LockHandle>();
   #background = new Set<Promise<unknown>>();
+  /** Requests on their way (acquires, releases): `close()` waits for them to end. */
+  #inflight = 0;
+  /** Resolves `close()`'s wait once no request is on its way. */
+  #drained: (() => void) | undefined;
   #options: ResolvedOptions;
   #owner: LockOwner;
   #requests: RequestContext;
@@ -127,16 +138,20 @@ export class LockClient implements AsyncDisposable {
       options: this.#options,
       closed: this.#closing.signal,
       track: (promise) => this.#track(promise),
+      begin: () => void this.#inflight++,
+      end: () => {
+        if (--this.#inflight === 0 && this.#drained !== undefined) this.#drained();
+      },
     };
     this.#owner = {
       extend: (key, token, leaseMs) => extend(this.#requests, key, token, leaseMs),
-      release: async (key, token) => void await release(this.#requests, key, token),
+      release: (key, token) => releaseLock(this.#requests, key, token),
       forget: (lock) => this.#locks.delete(lock as LockHandle),
     };
     this.#router.start();
     clientInternals.set(this, {
       exchange: (op, key, line) => this.#router.exchange(op, key, () => line),
-      release: async (key, token) => void await release(this.#requests, key, token),
+      release: (key, token) => releaseLock(this.#requests, key, token),
     });
   }
 
@@ -182,27 +197,34 @@ export class LockClient implements AsyncDisposable {
     if (this.#closed !== undefined) return Promise.reject(new LockError("The client is closed"));
     try {
       checkKey(key);
-      const leaseMs = toMs(options.lease ?? 30, "lease");
-      const waitMs = toMs(options.wait ?? 0, "wait");
-      const autoExtend = options.autoExtend ?? this.#options.autoExtend;
-      const session = options.session ?? this.#options.sessionLocks;
-      return acquire(this.#requests, key, { leaseMs, waitMs, session, signal: options.signal }, (
-        token,
-        grantedAt,
-      ) => {
-        const lock = new LockHandle(key, token, this.#owner, { leaseMs, grantedAt, autoExtend });
-        this.#locks.add(lock);
-        if (this.#closed !== undefined) {
-          // close() began while this was in flight: nothing may stay held.
-          this.#track(lock.release());
-          throw new LockError("The client is closed");
-        }
-        return lock;
-      });
+      return acquire(this.#requests, {
+        key,
+        leaseMs: toMs(options.lease ?? 30, "lease"),
+        waitMs: toMs(options.wait ?? 0, "wait"),
+        session: options.session ?? this.#options.sessionLocks,
+        autoExtend: options.autoExtend ?? this.#options.autoExtend,
+        signal: options.signal,
+      }, this.#granted);
     } catch (error) {
       return Promise.reject(error);
     }
   }
+
+  /** Makes the `Lock` of a grant (one function for every acquire, not a closure each). */
+  #granted = (request: AcquireParams, token: bigint, grantedAt: number): LockHandle => {
+    const lock = new LockHandle(request.key, token, this.#owner, {
+      leaseMs: request.leaseMs,
+      grantedAt,
+      autoExtend: request.autoExtend,
+    });
+    this.#locks.add(lock);
+    if (this.#closed !== undefined) {
+      // close() began while this was in flight: nothing may stay held.
+      this.#track(lock.release());
+      throw new LockError("The client is closed");
+    }
+    return lock;
+  };
 
   /**
    * Takes `key` only if it is free now: never queues behind a holder.
@@ -430,6 +452,11 @@ export class LockClient implements AsyncDisposable {
     timeout.abort();
     for (const lock of held) lock.stop();
     this.#closing.abort(new LockError("The client is closed"));
+    // Every request on its way now fails (its connection closed): wait for them to end.
+    if (this.#inflight > 0) {
+      await new Promise<void>((resolve) => this.#drained = resolve);
+      this.#drained = undefined;
+    }
     await Promise.allSettled([...this.#background]);
   }
 

@@ -7,7 +7,7 @@
  */
 
 import { LockLostError, LockUnavailableError } from "./errors.ts";
-import { after, type CancelTimer } from "./timer.ts";
+import { type TimerEntry, timers } from "./timer.ts";
 
 /** What a {@linkcode Lock} needs from its client. Internal. */
 export interface LockOwner {
@@ -35,6 +35,28 @@ export interface LockState {
 /** How early before the estimated end of a lease `signal` fires: 5 % of it, at most 1 s. */
 function safetyMargin(leaseMs: number): number {
   return Math.min(1000, leaseMs * 0.05);
+}
+
+/** Why `signal` fires when a lease nears its end unrenewed. */
+const EXPIRING = "its lease ran out before a renewal was confirmed";
+
+/** One of a lock's two timers (the expiry warning, the renewal), as a timer entry. */
+class LockTimer implements TimerEntry {
+  due = 0;
+  slot = -1;
+  seq = 0;
+  #lock: LockHandle;
+  #renewal: boolean;
+
+  constructor(lock: LockHandle, renewal: boolean) {
+    this.#lock = lock;
+    this.#renewal = renewal;
+  }
+
+  fire(): void {
+    if (this.#renewal) this.#lock.renewNow();
+    else this.#lock.lose(EXPIRING, false);
+  }
 }
 
 /**
@@ -149,11 +171,14 @@ export class LockHandle implements Lock {
   #leaseMs: number;
   #expiresAt: number;
   #autoExtend: boolean;
-  #controller = new AbortController();
+  /** Made when `signal` is first asked for: most locks are released before anyone does. */
+  #controller: AbortController | undefined;
+  /** Why the lock is lost (known or suspected), once it is: `signal`'s reason. */
+  #lost: LockLostError | undefined;
   /** The server answered `N`: lost for sure, not only suspected. */
   #knownLost = false;
-  #expiryTimer: CancelTimer | undefined;
-  #renewTimer: CancelTimer | undefined;
+  #expiryTimer: LockTimer = new LockTimer(this, false);
+  #renewTimer: LockTimer | undefined;
   #released: Promise<void> | undefined;
   #detached = false;
 
@@ -179,6 +204,10 @@ export class LockHandle implements Lock {
    * down). Its reason is a {@linkcode LockLostError}. It does not fire on `release()`.
    */
   get signal(): AbortSignal {
+    if (this.#controller === undefined) {
+      this.#controller = new AbortController();
+      if (this.#lost !== undefined) this.#controller.abort(this.#lost);
+    }
     return this.#controller.signal;
   }
 
@@ -205,7 +234,7 @@ export class LockHandle implements Lock {
     if (this.#released !== undefined) throw new TypeError(`Lock "${this.key}" was released`);
     // Known lost (the server answered N): no token ever holds its key again. Only suspected
     // lost (the lease was about to run out unproven): the server knows, so ask it.
-    if (this.#knownLost) throw this.#controller.signal.reason;
+    if (this.#knownLost) throw this.#lost;
     await this.#extend(Math.ceil(lease * 1000));
   }
 
@@ -250,8 +279,9 @@ export class LockHandle implements Lock {
       this.#knownLost = true;
       this.#owner.forget(this);
     }
-    if (!this.#controller.signal.aborted) {
-      this.#controller.abort(new LockLostError(this.key, this.token, why));
+    if (this.#lost === undefined) {
+      this.#lost = new LockLostError(this.key, this.token, why);
+      this.#controller?.abort(this.#lost);
     }
   }
 
@@ -266,49 +296,43 @@ export class LockHandle implements Lock {
     if (this.#released !== undefined) return;
     if (!held) {
       const why = "the server no longer holds it for this token (extend answered N)";
-      const suspected = this.#controller.signal.aborted;
+      const suspected = this.#lost !== undefined;
       this.lose(why);
-      throw suspected
-        ? new LockLostError(this.key, this.token, why)
-        : this.#controller.signal.reason;
+      throw suspected ? new LockLostError(this.key, this.token, why) : this.#lost;
     }
     this.#leaseMs = leaseMs;
     this.#expiresAt = sentAt + leaseMs;
     // Once the signal fired it stays fired: the caller was told to stop, so no renewal.
-    if (!this.#controller.signal.aborted && !this.#detached) this.#schedule();
+    if (this.#lost === undefined && !this.#detached) this.#schedule();
   }
 
   #schedule(): void {
-    this.#stopTimers();
-    const now = performance.now();
-    const fireIn = this.#expiresAt - safetyMargin(this.#leaseMs) - now;
-    this.#expiryTimer = after(
-      fireIn,
-      () => this.lose("its lease ran out before a renewal was confirmed", false),
-    );
+    // Times are absolute: a timer entry is moved, not remade, and the clock is not read.
+    timers.schedule(this.#expiryTimer, this.#expiresAt - safetyMargin(this.#leaseMs));
     // Renew once a third of the lease has gone, counted from its estimated start.
-    if (this.#autoExtend) this.#renewIn(this.#expiresAt - (this.#leaseMs * 2) / 3 - now);
+    if (this.#autoExtend) this.#renewAt(this.#expiresAt - (this.#leaseMs * 2) / 3);
   }
 
-  #renewIn(ms: number): void {
-    this.#renewTimer?.();
-    // A renewal already due (a late reply, a frozen process) goes out now.
-    this.#renewTimer = after(ms, () => {
-      this.#renewTimer = undefined;
-      this.#extend(this.#leaseMs).catch((error) => {
-        if (this.#released !== undefined || this.#controller.signal.aborted) return;
-        // Not proven yet (no connection, a node failing over): try again soon, until the
-        // expiry timer gives up and fires the signal.
-        if (error instanceof LockUnavailableError || !(error instanceof LockLostError)) {
-          this.#renewIn(Math.min(1000, this.#leaseMs / 10));
-        }
-      });
+  /** A renewal at `at` (`performance.now()` ms); one already due goes out now. */
+  #renewAt(at: number): void {
+    this.#renewTimer ??= new LockTimer(this, true);
+    timers.schedule(this.#renewTimer, at);
+  }
+
+  /** The renewal timer fired. Internal. */
+  renewNow(): void {
+    this.#extend(this.#leaseMs).catch((error) => {
+      if (this.#released !== undefined || this.#lost !== undefined) return;
+      // Not proven yet (no connection, a node failing over): try again soon, until the
+      // expiry timer gives up and fires the signal.
+      if (error instanceof LockUnavailableError || !(error instanceof LockLostError)) {
+        this.#renewAt(performance.now() + Math.min(1000, this.#leaseMs / 10));
+      }
     });
   }
 
   #stopTimers(): void {
-    this.#expiryTimer?.();
-    this.#renewTimer?.();
-    this.#expiryTimer = this.#renewTimer = undefined;
+    timers.cancel(this.#expiryTimer);
+    if (this.#renewTimer !== undefined) timers.cancel(this.#renewTimer);
   }
 }

@@ -9,12 +9,12 @@
  */
 
 import type { Address } from "./address.ts";
-import { echoId, parseReply, PROBE, type Reply } from "./codec.ts";
-import { after, type CancelTimer } from "./timer.ts";
+import { parseReply, PROBE, type Reply } from "./codec.ts";
+import { after, Alarm, type CancelTimer, timers } from "./timer.ts";
 import type { Connect, Transport } from "./transport.ts";
 
-/** Where the pending hello waits: its answer is matched by op alone. */
-const HELLO_ID = echoId("HELLO", "");
+/** How early a look of the watch may come and still count its full interval, in ms. */
+const LOOK_SLACK_MS = 1;
 
 /** The connection dropped (or could not be used) while a request was outstanding. */
 export class ConnectionLost extends Error {
@@ -25,9 +25,33 @@ export class ConnectionLost extends Error {
   }
 }
 
-interface Pending {
-  resolve(reply: Reply): void;
-  reject(error: ConnectionLost): void;
+/**
+ * What waits for a reply on a connection: the router's exchanges themselves (no promise or
+ * closure per request), or a promise's ({@linkcode ManagedConnection.request}). The requests
+ * waiting for one (op, key) form a queue through `nextReceiver`, in the order sent.
+ */
+export interface Receiver {
+  /** The next receiver of the same (op, key) on the connection: the connection's to set. */
+  nextReceiver: Receiver | undefined;
+  /** On the first of a queue, its last: the connection's to set. */
+  lastReceiver: Receiver | undefined;
+  /** The reply whose echoed (op, key) matched. */
+  replied(reply: Reply): void;
+  /** The connection dropped before the reply came. */
+  lost(error: ConnectionLost): void;
+}
+
+/** The receiver behind {@linkcode ManagedConnection.request}: a promise. */
+class PromiseReceiver implements Receiver {
+  nextReceiver: Receiver | undefined;
+  lastReceiver: Receiver | undefined;
+  replied: (reply: Reply) => void;
+  lost: (error: ConnectionLost) => void;
+
+  constructor(resolve: (reply: Reply) => void, reject: (error: ConnectionLost) => void) {
+    this.replied = resolve;
+    this.lost = reject;
+  }
 }
 
 /** Options shared by every connection of a client. */
@@ -64,15 +88,31 @@ export class ManagedConnection {
   #ready = false;
   #refusal: string | undefined;
   #connecting: Promise<boolean> | undefined;
-  #pending = new Map<string, Pending[]>();
+  /**
+   * What waits for replies, by op and then key: the first receiver of each (op, key) queue.
+   * Two levels, so that neither a request nor a reply builds an `op key` string to look up.
+   */
+  #pending = new Map<string, Map<string, Receiver>>();
   #reconnectTimer: CancelTimer | undefined;
   #lastError: string | undefined;
   /** Outstanding requests (pings included). */
   #outstanding = 0;
-  #lastReceived = 0;
   /** Lines received so far, over all of its transports. */
   #received = 0;
-  #watchTimer: CancelTimer | undefined;
+  /**
+   * Signs of life for the watch: lines received, and the moments silence starts to count
+   * from (a connection opened, a request sent to an idle one). Counting them costs nothing
+   * per line, where reading the clock per line would.
+   */
+  #activity = 0;
+  /** {@linkcode #activity} when the watch last looked. */
+  #activitySeen = 0;
+  /** When the watch last saw a sign of life (an upper bound of the last one), ms. */
+  #lastHeard = 0;
+  #watchAlarm = new Alarm(() => this.#watchTick());
+  /** The one request whose round trip is being measured, and when it was sent. */
+  #timed: Receiver | undefined;
+  #timedAt = 0;
 
   /** @param address Where to connect. @param options Shared settings. */
   constructor(address: Address, options: ManagedConnectionOptions) {
@@ -129,7 +169,7 @@ export class ManagedConnection {
 
   /** Whether a request with this (op, key) is outstanding here. */
   outstanding(op: string, key: string): boolean {
-    return this.#pending.has(echoId(op, key));
+    return this.#pending.get(op)?.has(key) ?? false;
   }
 
   /**
@@ -153,37 +193,52 @@ export class ManagedConnection {
     return this.#request(op, key, line);
   }
 
+  /**
+   * Sends a request line; `receiver` gets the reply whose (op, key) echo matches, or hears
+   * that the connection dropped first (also at once, in a microtask, if it is not up).
+   */
+  send(op: string, key: string, line: string, receiver: Receiver): void {
+    if (!this.#ready || this.#transport === undefined) {
+      queueMicrotask(() => receiver.lost(new ConnectionLost(this.address.key)));
+      return;
+    }
+    this.#send(this.#transport, op, key, line, receiver);
+  }
+
   #request(op: string, key: string, line: string): Promise<Reply> {
     const transport = this.#transport;
     if (transport === undefined) return Promise.reject(new ConnectionLost(this.address.key));
-    return new Promise<Reply>((settled, reject) => {
-      const id = echoId(op, key);
-      if (this.#outstanding === 0) {
-        // Silence is measured from now if nothing was outstanding: idle time is not silence.
-        this.#lastReceived = performance.now();
-        // A connection keeps the process alive only while it has requests outstanding.
-        transport.ref?.(true);
-      }
-      this.#outstanding++;
-      this.#watch();
-      const done = (reply: Reply) => {
-        if (--this.#outstanding === 0) transport.ref?.(false);
-        settled(reply);
-      };
-      let resolve = done;
-      if (op !== "A") {
-        // Pings, releases and extends are answered at once: their round trip bounds latency.
-        const sentAt = performance.now();
-        resolve = (reply) => {
-          this.#options.roundTrip(performance.now() - sentAt);
-          done(reply);
-        };
-      }
-      const queue = this.#pending.get(id);
-      if (queue === undefined) this.#pending.set(id, [{ resolve, reject }]);
-      else queue.push({ resolve, reject });
-      transport.send(line);
+    return new Promise<Reply>((resolve, reject) => {
+      this.#send(transport, op, key, line, new PromiseReceiver(resolve, reject));
     });
+  }
+
+  #send(transport: Transport, op: string, key: string, line: string, receiver: Receiver): void {
+    if (this.#outstanding++ === 0) {
+      // Silence is measured from now if nothing was outstanding: idle time is not silence.
+      this.#activity++;
+      // A connection keeps the process alive only while it has requests outstanding.
+      transport.ref?.(true);
+    }
+    if (!timers.scheduled(this.#watchAlarm)) this.#watch();
+    // Pings, releases and extends are answered at once: their round trip bounds latency.
+    // One at a time is timed (two clock readings), which under load is one per round trip.
+    if (op !== "A" && this.#timed === undefined) {
+      this.#timed = receiver;
+      this.#timedAt = performance.now();
+    }
+    let byKey = this.#pending.get(op);
+    if (byKey === undefined) this.#pending.set(op, byKey = new Map());
+    receiver.nextReceiver = undefined;
+    const first = byKey.get(key);
+    if (first === undefined) {
+      receiver.lastReceiver = receiver;
+      byKey.set(key, receiver);
+    } else {
+      first.lastReceiver!.nextReceiver = receiver;
+      first.lastReceiver = receiver;
+    }
+    transport.send(line);
   }
 
   async #open(): Promise<boolean> {
@@ -212,7 +267,7 @@ export class ManagedConnection {
         return false;
       }
       this.#transport = transport;
-      this.#lastReceived = performance.now();
+      this.#activity++;
       this.#sayHello(transport);
       this.#ready = true;
       this.#lastError = undefined;
@@ -258,22 +313,40 @@ export class ManagedConnection {
     this.request(PROBE, "-", PROBE).catch(() => {});
   }
 
-  /** Keeps an eye on a connection while requests are outstanding on it. */
+  /**
+   * Keeps an eye on a connection while requests are outstanding on it: looks every third of
+   * `staleAfterMs`, probes it once it was silent for that long, drops it once it was silent
+   * for all of it.
+   */
   #watch(): void {
-    if (this.#watchTimer !== undefined || this.#outstanding === 0) return;
+    if (this.#outstanding === 0) return;
+    const now = performance.now();
+    // A fresh watch starts with a request sent to an idle connection: silence counts from now.
+    this.#activitySeen = this.#activity;
+    this.#lastHeard = now;
+    timers.schedule(this.#watchAlarm, now + this.#options.staleAfterMs / 3);
+  }
+
+  #watchTick(): void {
+    const transport = this.#transport;
+    if (transport === undefined || this.#outstanding === 0) return;
+    const now = performance.now();
+    // Something arrived since the last look (or silence restarted): it was heard by now.
+    if (this.#activitySeen !== this.#activity) {
+      this.#activitySeen = this.#activity;
+      this.#lastHeard = now;
+    }
     const probeMs = this.#options.staleAfterMs / 3;
-    this.#watchTimer = after(probeMs, () => {
-      this.#watchTimer = undefined;
-      const transport = this.#transport;
-      if (transport === undefined || this.#outstanding === 0) return;
-      const silentMs = performance.now() - this.#lastReceived;
-      if (silentMs >= this.#options.staleAfterMs) {
-        this.#dropFrozen(transport, `no reply for ${Math.round(silentMs)} ms`);
-        return;
-      }
-      if (silentMs >= probeMs) this.#ping();
-      this.#watch();
-    });
+    const silentMs = now - this.#lastHeard;
+    // The last sign of life is known to a look, not to the moment: a look that comes a
+    // fraction of a millisecond early (timers round to whole ms) still counts in full.
+    if (silentMs + LOOK_SLACK_MS >= this.#options.staleAfterMs) {
+      this.#dropFrozen(transport, `no reply for ${Math.round(silentMs)} ms`);
+      return;
+    }
+    // The next look first: the probe, sent to a watched connection, must not restart it.
+    timers.schedule(this.#watchAlarm, now + probeMs);
+    if (silentMs + LOOK_SLACK_MS >= probeMs) this.#ping();
   }
 
   /** Closes `transport` (if still current) as frozen; it is reported lost, so its requests move on. */
@@ -284,8 +357,8 @@ export class ManagedConnection {
   }
 
   #reply(text: string): void {
-    this.#lastReceived = performance.now();
     this.#received++;
+    this.#activity++;
     const reply = parseReply(text);
     if (reply === undefined) {
       // Not a reply of the protocol: this stream cannot be trusted to match replies any more.
@@ -294,16 +367,27 @@ export class ManagedConnection {
       return;
     }
     // The hello's answer echoes its session, but a server without hellos echoes `1`.
-    const id = reply.op === "HELLO" ? HELLO_ID : echoId(reply.op, reply.key);
-    const queue = this.#pending.get(id);
-    const pending = queue?.shift();
-    if (pending === undefined) {
+    const key = reply.op === "HELLO" ? "" : reply.key;
+    const byKey = this.#pending.get(reply.op);
+    const receiver = byKey?.get(key);
+    if (receiver === undefined) {
       // `- - E ...` (too many connections, line too long) precedes a close: keep the reason.
       if (reply.status === "E") this.#lastError = reply.text;
       return;
     }
-    if (queue!.length === 0) this.#pending.delete(id);
-    pending.resolve(reply);
+    const next = receiver.nextReceiver;
+    if (next === undefined) byKey!.delete(key);
+    else {
+      next.lastReceiver = receiver.lastReceiver;
+      byKey!.set(key, next);
+    }
+    receiver.nextReceiver = receiver.lastReceiver = undefined;
+    if (--this.#outstanding === 0) this.#transport?.ref?.(false);
+    if (receiver === this.#timed) {
+      this.#timed = undefined;
+      this.#options.roundTrip(performance.now() - this.#timedAt);
+    }
+    receiver.replied(reply);
   }
 
   #lost(transport: Transport): void {
@@ -336,11 +420,22 @@ export class ManagedConnection {
   }
 
   #failAll(detail: string | undefined): void {
-    this.#watchTimer?.();
-    this.#watchTimer = undefined;
+    timers.cancel(this.#watchAlarm);
     this.#outstanding = 0;
-    const pending = [...this.#pending.values()].flat();
+    this.#timed = undefined;
+    const pending: Receiver[] = [];
+    for (const byKey of this.#pending.values()) {
+      for (const first of byKey.values()) {
+        let receiver: Receiver | undefined = first;
+        while (receiver !== undefined) {
+          const next: Receiver | undefined = receiver.nextReceiver;
+          receiver.nextReceiver = receiver.lastReceiver = undefined;
+          pending.push(receiver);
+          receiver = next;
+        }
+      }
+    }
     this.#pending.clear();
-    for (const p of pending) p.reject(new ConnectionLost(this.address.key, detail));
+    for (const p of pending) p.lost(new ConnectionLost(this.address.key, detail));
   }
 }

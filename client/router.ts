@@ -11,19 +11,18 @@
 import { type Address, parseAddress } from "./address.ts";
 import { type Reply, replyAction } from "./codec.ts";
 import { LockError, LockRejectedError, LockUnavailableError } from "./errors.ts";
+import { Exchange, PromiseExchange } from "./exchange.ts";
 import { ConnectionLost, ManagedConnection } from "./managed_connection.ts";
 import type { ResolvedOptions } from "./options.ts";
 import { after } from "./timer.ts";
 
-/** Tracks one request's attempts. */
-export interface Attempt {
-  /** Set when the caller gave up (abort): stop retrying. */
-  abandoned: boolean;
-  /**
-   * When to stop retrying (`performance.now()` ms), if sooner than `retryTimeoutMs`: an
-   * acquire's wait bounds its whole life, retries and connection attempts included.
-   */
-  until?: number;
+export { Exchange };
+
+/** How the first try of an exchange ended, when it did not end it. */
+interface Outcome {
+  connection: ManagedConnection;
+  reply: Reply | undefined;
+  error: unknown;
 }
 
 /** Resolves with `promise`'s value, or with `fallback` once `until` (ms) has passed. */
@@ -129,21 +128,68 @@ export class Router {
    * @param line Builds the line for the connection it goes out on (an acquire asks for the
    * wait that is left).
    * @throws {LockUnavailableError} No connection could carry it.
-   * @throws {LockError} The client closed, or the attempt was abandoned.
+   * @throws {LockError} The client closed.
    */
-  async exchange(
+  exchange(
     op: string,
     key: string,
     line: (connection: ManagedConnection) => string,
-    attempt?: Attempt,
   ): Promise<Reply> {
+    return new Promise<Reply>((resolve, reject) => {
+      const exchange = new PromiseExchange(op, key, line, { resolve, reject });
+      exchange.startedAt = performance.now();
+      this.send(exchange);
+    });
+  }
+
+  /**
+   * Sends `exchange` as {@linkcode exchange} does, telling it the final reply (`done`) or
+   * the error (`failed`). Its first try goes out at once (synchronously) when a connection
+   * is up. Set its `startedAt` first.
+   */
+  send(exchange: Exchange): void {
+    if (!this.#closed.aborted && !exchange.abandoned) {
+      const connection = this.#pick(exchange.op, exchange.key);
+      if (connection !== undefined) {
+        exchange.sentOn(this, connection);
+        connection.send(exchange.op, exchange.key, exchange.line(connection), exchange);
+        return;
+      }
+    }
+    this.#retry(exchange, undefined);
+  }
+
+  /** `connection` served a request: its node is preferred from now on. @internal */
+  served(connection: ManagedConnection): void {
+    this.#active = connection.address.key;
+  }
+
+  /**
+   * The first try of `exchange` on `connection` did not end it (it dropped, or the answer
+   * was `M` or a retry): the retry loop takes over, in a microtask (as after an await), not
+   * in the middle of the connection's own work. @internal
+   */
+  resume(exchange: Exchange, connection: ManagedConnection, reply?: Reply, error?: unknown): void {
+    const outcome: Outcome = { connection, reply, error };
+    queueMicrotask(() => this.#retry(exchange, outcome));
+  }
+
+  #retry(exchange: Exchange, first: Outcome | undefined): void {
+    this.#loop(exchange, first).then(
+      (reply) => exchange.done(reply),
+      (error) => exchange.failed(error),
+    );
+  }
+
+  /** The retry loop of {@linkcode exchange}, after a first try that did not end it. */
+  async #loop(ex: Exchange, first: Outcome | undefined): Promise<Reply> {
+    const { op, key } = ex;
     const closed = this.#closed;
-    const until = attempt?.until;
-    const giveUpAt = Math.min(performance.now() + this.#options.retryTimeoutMs, until ?? Infinity);
+    const giveUpAt = Math.min(ex.startedAt + this.#options.retryTimeoutMs, ex.until ?? Infinity);
     // Connecting counts against the wait too, except while no connection is up at all (a
     // fresh client): one connection attempt's time is always allowed then.
     const connectBy = () => {
-      const until = attempt?.until;
+      const until = ex.until;
       if (until === undefined || this.#connections.some((c) => c.up)) return until;
       return Math.max(until, performance.now() + this.#options.connectTimeoutMs);
     };
@@ -163,41 +209,54 @@ export class Router {
       await sleep(backoff, closed);
       backoff = Math.min(backoff * 2, 200);
     };
+    let outcome = first;
     for (;;) {
-      if (closed.aborted) throw new LockError("The client is closed");
-      if (attempt?.abandoned) throw new LockError("Abandoned");
-      let connection = target ?? this.#pick(op, key);
-      target = undefined;
-      if (
-        connection !== undefined && !connection.up &&
-        !(await by(connection.connect(), connectBy(), false))
-      ) {
-        if (connection.refusal !== undefined) {
-          throw new LockRejectedError(op, key, connection.refusal);
+      if (outcome === undefined) {
+        if (closed.aborted) throw new LockError("The client is closed");
+        if (ex.abandoned) throw new LockError("Abandoned");
+        let connection = target ?? this.#pick(op, key);
+        target = undefined;
+        if (
+          connection !== undefined && !connection.up &&
+          !(await by(connection.connect(), connectBy(), false))
+        ) {
+          if (connection.refusal !== undefined) {
+            throw new LockRejectedError(op, key, connection.refusal);
+          }
+          // A redirect to a node that is down: the cluster is failing over. Ask again soon.
+          lastProblem = `${connection.address.key} is unreachable`;
+          if (this.#active === connection.address.key) this.#active = undefined;
+          await pause();
+          continue;
         }
-        // A redirect to a node that is down: the cluster is failing over. Ask again soon.
-        lastProblem = `${connection.address.key} is unreachable`;
-        if (this.#active === connection.address.key) this.#active = undefined;
-        await pause();
-        continue;
-      }
-      connection ??= await by(this.#anyUp(), connectBy(), undefined);
-      if (connection === undefined) {
-        // A server that refused this client's hello (a wrong credential) will go on doing so.
-        const refusal = this.#connections.find((c) => c.refusal !== undefined)?.refusal;
-        if (refusal !== undefined) throw new LockRejectedError(op, key, refusal);
-        const reasons = [...new Set(this.#connections.map((c) => c.lastError).filter((e) => e))];
-        lastProblem = reasons.length > 0 ? reasons.join("; ") : "no node could be reached";
-        if (++failures >= this.#connections.length || performance.now() >= (until ?? Infinity)) {
-          throw unavailable();
+        connection ??= await by(this.#anyUp(), connectBy(), undefined);
+        if (connection === undefined) {
+          // A server that refused this client's hello (a wrong credential) will go on doing so.
+          const refusal = this.#connections.find((c) => c.refusal !== undefined)?.refusal;
+          if (refusal !== undefined) throw new LockRejectedError(op, key, refusal);
+          const reasons = [...new Set(this.#connections.map((c) => c.lastError).filter((e) => e))];
+          lastProblem = reasons.length > 0 ? reasons.join("; ") : "no node could be reached";
+          if (
+            ++failures >= this.#connections.length || performance.now() >= (ex.until ?? Infinity)
+          ) {
+            throw unavailable();
+          }
+          continue;
         }
-        continue;
+        if (closed.aborted) throw new LockError("The client is closed");
+        try {
+          outcome = {
+            connection,
+            reply: await connection.request(op, key, ex.line(connection)),
+            error: undefined,
+          };
+        } catch (error) {
+          outcome = { connection, reply: undefined, error };
+        }
       }
-      if (closed.aborted) throw new LockError("The client is closed");
-      let reply: Reply;
-      try {
-        reply = await connection.request(op, key, line(connection));
-      } catch (error) {
+      const { connection, reply, error } = outcome;
+      outcome = undefined;
+      if (reply === undefined) {
         if (!(error instanceof ConnectionLost)) throw error;
         // The server refused this client's hello (a wrong credential) and closed.
         if (connection.refusal !== undefined) {
@@ -287,17 +346,42 @@ export class Router {
    * The next connection, round-robin over those usable now: those of the known active node
    * first and, for an acquire, those without an earlier acquire of the same key outstanding
    * (the server answers those in order, so a try-lock would wait behind a long wait).
+   * Counted in place, without making the lists.
    */
   #pick(op: string, key: string): ManagedConnection | undefined {
-    const up = this.#connections.filter((c) => c.up);
-    if (up.length === 0) return undefined;
-    const preferred = up.filter((c) => c.address.key === this.#active);
-    let pool = preferred.length > 0 ? preferred : up;
-    if (op === "A" && pool.length > 1) {
-      const free = pool.filter((c) => !c.outstanding(op, key));
-      if (free.length > 0) pool = free;
+    const all = this.#connections;
+    const active = this.#active;
+    let up = 0;
+    let preferred = 0;
+    for (let i = 0; i < all.length; i++) {
+      const c = all[i];
+      if (!c.up) continue;
+      up++;
+      if (c.address.key === active) preferred++;
     }
-    return pool[this.#next++ % pool.length];
+    if (up === 0) return undefined;
+    const onlyActive = preferred > 0;
+    let size = onlyActive ? preferred : up;
+    let onlyFree = false;
+    if (op === "A" && size > 1) {
+      let free = 0;
+      for (let i = 0; i < all.length; i++) {
+        const c = all[i];
+        if (c.up && (!onlyActive || c.address.key === active) && !c.outstanding(op, key)) free++;
+      }
+      if (free > 0) {
+        onlyFree = true;
+        size = free;
+      }
+    }
+    let index = this.#next++ % size;
+    for (let i = 0; i < all.length; i++) {
+      const c = all[i];
+      if (!c.up || (onlyActive && c.address.key !== active)) continue;
+      if (onlyFree && c.outstanding(op, key)) continue;
+      if (index-- === 0) return c;
+    }
+    return undefined;
   }
 
   /** Connects every idle connection now and resolves with the first that comes up. */

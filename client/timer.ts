@@ -1,11 +1,20 @@
 /**
- * A timer for any delay: `setTimeout` cannot wait longer than 2^31-1 ms (about 24.8 days)
- * and fires at once when asked to (Deno warns `TimeoutOverflowWarning`), so a long wait or
- * lease would end immediately. This one waits in steps and re-arms until the time is due.
- * Every timer of the client goes through it.
+ * The client's timers: every one of them is an entry of one {@linkcode DeadlineHeap}, behind
+ * a single runtime timer armed for the earliest (two, in fact: one that keeps the process
+ * alive and one that does not). A runtime timer costs microseconds to make and cancel (a
+ * Node-compatible `Timeout` object each, in Deno), and a client under load would otherwise
+ * make two per lock cycle (the lease's expiry warning, the release's 5 s bound). Arming and
+ * cancelling an entry here costs a heap push or removal; the runtime timer is re-armed only
+ * when the earliest deadline moves earlier, or once it fires.
+ *
+ * Any delay works: `setTimeout` cannot wait longer than 2^31-1 ms (about 24.8 days) and
+ * fires at once when asked to, so a long wait or lease would end immediately; the queue
+ * waits in steps and re-arms until the time is due.
  *
  * @module
  */
+
+import { DeadlineHeap, type HeapEntry } from "./deadline_heap.ts";
 
 /** How to let a numeric timer id not keep the process alive (installed by `tcp.ts`). */
 let unrefTimer: ((id: number) => void) | undefined;
@@ -31,6 +40,139 @@ function unref(id: ReturnType<typeof setTimeout>): void {
 /** The longest delay `setTimeout` honours, in ms. */
 export const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 
+/**
+ * How early an entry may fire, in ms: runtimes round timer delays to whole milliseconds, so
+ * a runtime timer can fire a fraction of a millisecond before `performance.now()` reaches
+ * the time asked for (as a bare `setTimeout` would).
+ */
+const EARLY_MS = 1;
+
+/** A timer of the queue: reusable (schedule, cancel, schedule again); `fire` runs when due. */
+export interface TimerEntry extends HeapEntry {
+  /** Called once it is due (at most once per scheduling). */
+  fire(): void;
+}
+
+/** The deadlines of one kind (keeping the process alive, or not) behind one runtime timer. */
+export class TimerQueue {
+  #heap = new DeadlineHeap<TimerEntry>();
+  #weak: boolean;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  /** When the runtime timer is armed to fire (Infinity when it is not armed). */
+  #armedFor = Infinity;
+  #firing = false;
+  #run = () => this.#fire();
+
+  /** @param weak Whether its runtime timer lets the process exit. */
+  constructor(weak: boolean) {
+    this.#weak = weak;
+  }
+
+  /** Number of entries scheduled. */
+  get size(): number {
+    return this.#heap.size;
+  }
+
+  /**
+   * Schedules `entry` to fire at `due` (`performance.now()` ms; never for `Infinity`),
+   * replacing any earlier scheduling of it.
+   */
+  schedule(entry: TimerEntry, due: number): void {
+    if (due === Infinity) {
+      this.cancel(entry);
+      return;
+    }
+    if (Number.isNaN(due)) due = 0; // At once, as `setTimeout(fn, NaN)` would.
+    this.#heap.push(entry, due);
+    if (!this.#firing && due < this.#armedFor) this.#arm(due);
+  }
+
+  /** Cancels `entry` if it is scheduled here. */
+  cancel(entry: TimerEntry): void {
+    if (!this.#heap.remove(entry)) return;
+    // Nothing left: the runtime timer must not keep the process alive (or a test's timer
+    // sanitizer busy). An earlier runtime timer than needed is left alone: it re-arms.
+    if (this.#heap.size === 0 && !this.#firing) this.#disarm();
+  }
+
+  /** Whether `entry` is scheduled here. */
+  scheduled(entry: TimerEntry): boolean {
+    return this.#heap.has(entry);
+  }
+
+  #arm(due: number): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    const left = Math.max(0, due - performance.now());
+    const wait = Math.min(left, MAX_TIMEOUT_MS);
+    this.#armedFor = left > MAX_TIMEOUT_MS ? due - left + wait : due;
+    this.#timer = setTimeout(this.#run, wait);
+    if (this.#weak) unref(this.#timer);
+  }
+
+  #disarm(): void {
+    if (this.#timer !== undefined) clearTimeout(this.#timer);
+    this.#timer = undefined;
+    this.#armedFor = Infinity;
+  }
+
+  /**
+   * Fires what is due. Entries scheduled meanwhile (by what fires) wait for the next turn,
+   * as a fresh `setTimeout` would. One that throws does not stop the others: its error is
+   * rethrown in a microtask (an uncaught error, as from a bare timer).
+   */
+  #fire(): void {
+    this.#timer = undefined;
+    this.#armedFor = Infinity;
+    const heap = this.#heap;
+    const limit = heap.nextSeq;
+    const now = performance.now() + EARLY_MS;
+    this.#firing = true;
+    try {
+      for (let top = heap.peek(); top !== undefined && top.due <= now; top = heap.peek()) {
+        if (top.seq >= limit) break;
+        heap.remove(top);
+        try {
+          top.fire();
+        } catch (error) {
+          queueMicrotask(() => {
+            throw error;
+          });
+        }
+      }
+    } finally {
+      this.#firing = false;
+      const top = heap.peek();
+      if (top !== undefined) this.#arm(top.due);
+    }
+  }
+}
+
+/** The timers that keep the process alive (a held lock, a request's deadline). */
+export const timers: TimerQueue = new TimerQueue(false);
+/** The timers that do not (background reconnects). */
+export const weakTimers: TimerQueue = new TimerQueue(true);
+
+/** A reusable timer entry that calls a function: for timers made once and armed often. */
+export class Alarm implements TimerEntry {
+  /** @internal */
+  due = 0;
+  /** @internal */
+  slot = -1;
+  /** @internal */
+  seq = 0;
+  #fn: () => void;
+
+  /** @param fn What to call when it fires. */
+  constructor(fn: () => void) {
+    this.#fn = fn;
+  }
+
+  /** Calls the function. */
+  fire(): void {
+    this.#fn();
+  }
+}
+
 /** Cancels a timer made by {@linkcode after}; calling it again does nothing. */
 export type CancelTimer = () => void;
 
@@ -46,15 +188,8 @@ export type CancelTimer = () => void;
  * ```
  */
 export function after(ms: number, fn: () => void, weak = false): CancelTimer {
-  const due = performance.now() + Math.max(0, ms);
-  let id: ReturnType<typeof setTimeout> | undefined;
-  const arm = () => {
-    const left = due - performance.now();
-    id = left > MAX_TIMEOUT_MS
-      ? setTimeout(arm, MAX_TIMEOUT_MS)
-      : setTimeout(fn, Math.max(0, left));
-    if (weak) unref(id);
-  };
-  arm();
-  return () => clearTimeout(id);
+  const queue = weak ? weakTimers : timers;
+  const alarm = new Alarm(fn);
+  queue.schedule(alarm, performance.now() + (ms > 0 ? ms : 0));
+  return () => queue.cancel(alarm);
 }

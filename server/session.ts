@@ -184,7 +184,7 @@ export class ClientSession implements LineHandler {
       this.#ctx.park!(this, text);
       return;
     }
-    const request = parseRequest(text, { maxLeaseMs: this.#ctx.maxLeaseMs });
+    const request = parseRequest(text, this.#ctx);
     if ("kind" in request) {
       this.#reject(request);
       return;

@@ -135,7 +135,14 @@ export function formatSeconds(ms: number): string {
   if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`Cannot send ${ms} ms as seconds`);
   const whole = Math.floor(ms / 1000);
   const rest = Math.ceil(ms - whole * 1000);
-  // BigInt prints every digit: String() would switch to exponent form from 10^21.
+  // String() prints every digit of a whole number below 2^53 (and needs no BigInt); BigInt
+  // does above, where String() would switch to exponent form from 10^21.
+  if (whole < 2 ** 53) {
+    if (rest === 0) return String(whole);
+    if (rest === 1000) return String(whole + 1);
+    const fraction = rest < 10 ? `00${rest}` : rest < 100 ? `0${rest}` : String(rest);
+    return `${whole}.${fraction.replace(/0+$/, "")}`;
+  }
   if (rest === 0) return BigInt(whole).toString();
   if (rest === 1000) return (BigInt(whole) + 1n).toString();
   return `${BigInt(whole)}.${String(rest).padStart(3, "0").replace(/0+$/, "")}`;

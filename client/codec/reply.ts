@@ -65,6 +65,49 @@ export function formatReply(reply: Reply): string {
  * ```
  */
 export function parseReply(line: string): Reply | undefined {
+  return parseCommonReply(line) ?? parseAnyReply(line);
+}
+
+/**
+ * The common replies of {@linkcode parseReply} without slicing op and status: `A <key> A
+ * <token>` (up to 15 digits), `A <key> T`, `R <key> R|N`, `X <key> X|N`. `undefined` for
+ * anything else, which the thorough parser then handles.
+ */
+function parseCommonReply(line: string): Reply | undefined {
+  const op = line.charCodeAt(0);
+  if ((op !== 65 && op !== 82 && op !== 88) || line.charCodeAt(1) !== 32) return undefined;
+  const keyEnd = line.indexOf(" ", 2);
+  if (keyEnd <= 2) return undefined;
+  const status = line.charCodeAt(keyEnd + 1);
+  const end = keyEnd + 2;
+  if (line.length === end) {
+    if (op === 65) {
+      return status === 84 ? { op: "A", key: line.slice(2, keyEnd), status: "T" } : undefined;
+    }
+    if (status === 78) {
+      return { op: op === 82 ? "R" : "X", key: line.slice(2, keyEnd), status: "N" };
+    }
+    if (status !== op) return undefined;
+    return op === 82
+      ? { op: "R", key: line.slice(2, keyEnd), status: "R" }
+      : { op: "X", key: line.slice(2, keyEnd), status: "X" };
+  }
+  if (op !== 65 || status !== 65 || line.charCodeAt(end) !== 32) return undefined;
+  // A token of 1 to 15 digits without a leading zero is exact as a double.
+  const from = end + 1;
+  const digits = line.length - from;
+  if (digits < 1 || digits > 15 || line.charCodeAt(from) === 48) return undefined;
+  let token = 0;
+  for (let i = from; i < line.length; i++) {
+    const c = line.charCodeAt(i) - 48;
+    if (c < 0 || c > 9) return undefined;
+    token = token * 10 + c;
+  }
+  return { op: "A", key: line.slice(2, keyEnd), status: "A", token: BigInt(token) };
+}
+
+/** {@linkcode parseReply} for any line. */
+function parseAnyReply(line: string): Reply | undefined {
   const first = line.indexOf(" ");
   const second = first < 0 ? -1 : line.indexOf(" ", first + 1);
   if (second < 0) return undefined;

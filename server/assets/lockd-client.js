@@ -157,6 +157,12 @@ function formatSeconds(ms) {
   if (!Number.isFinite(ms) || ms < 0) throw new RangeError(`Cannot send ${ms} ms as seconds`);
   const whole = Math.floor(ms / 1e3);
   const rest = Math.ceil(ms - whole * 1e3);
+  if (whole < 2 ** 53) {
+    if (rest === 0) return String(whole);
+    if (rest === 1e3) return String(whole + 1);
+    const fraction = rest < 10 ? `00${rest}` : rest < 100 ? `0${rest}` : String(rest);
+    return `${whole}.${fraction.replace(/0+$/, "")}`;
+  }
   if (rest === 0) return BigInt(whole).toString();
   if (rest === 1e3) return (BigInt(whole) + 1n).toString();
   return `${BigInt(whole)}.${String(rest).padStart(3, "0").replace(/0+$/, "")}`;
@@ -164,6 +170,59 @@ function formatSeconds(ms) {
 
 // client/codec/reply.ts
 function parseReply(line) {
+  return parseCommonReply(line) ?? parseAnyReply(line);
+}
+function parseCommonReply(line) {
+  const op = line.charCodeAt(0);
+  if (op !== 65 && op !== 82 && op !== 88 || line.charCodeAt(1) !== 32) return void 0;
+  const keyEnd = line.indexOf(" ", 2);
+  if (keyEnd <= 2) return void 0;
+  const status = line.charCodeAt(keyEnd + 1);
+  const end = keyEnd + 2;
+  if (line.length === end) {
+    if (op === 65) {
+      return status === 84 ? {
+        op: "A",
+        key: line.slice(2, keyEnd),
+        status: "T"
+      } : void 0;
+    }
+    if (status === 78) {
+      return {
+        op: op === 82 ? "R" : "X",
+        key: line.slice(2, keyEnd),
+        status: "N"
+      };
+    }
+    if (status !== op) return void 0;
+    return op === 82 ? {
+      op: "R",
+      key: line.slice(2, keyEnd),
+      status: "R"
+    } : {
+      op: "X",
+      key: line.slice(2, keyEnd),
+      status: "X"
+    };
+  }
+  if (op !== 65 || status !== 65 || line.charCodeAt(end) !== 32) return void 0;
+  const from = end + 1;
+  const digits = line.length - from;
+  if (digits < 1 || digits > 15 || line.charCodeAt(from) === 48) return void 0;
+  let token = 0;
+  for (let i = from; i < line.length; i++) {
+    const c = line.charCodeAt(i) - 48;
+    if (c < 0 || c > 9) return void 0;
+    token = token * 10 + c;
+  }
+  return {
+    op: "A",
+    key: line.slice(2, keyEnd),
+    status: "A",
+    token: BigInt(token)
+  };
+}
+function parseAnyReply(line) {
   const first = line.indexOf(" ");
   const second = first < 0 ? -1 : line.indexOf(" ", first + 1);
   if (second < 0) return void 0;
@@ -224,9 +283,6 @@ function replyAction(reply) {
     return "retry";
   }
   return "done";
-}
-function echoId(op, key) {
-  return `${op} ${key}`;
 }
 
 // client/codec/request.ts
@@ -453,6 +509,101 @@ var LockAbortedError = class extends LockError {
   }
 };
 
+// client/deadline_heap.ts
+var DeadlineHeap = class {
+  #items = [];
+  #seq = 0;
+  /** Number of entries. */
+  get size() {
+    return this.#items.length;
+  }
+  /** The push order the next entry will get (entries pushed before it have a smaller one). */
+  get nextSeq() {
+    return this.#seq;
+  }
+  /** The earliest entry, or `undefined` when empty. */
+  peek() {
+    return this.#items[0];
+  }
+  /** Whether `entry` is in this heap. */
+  has(entry) {
+    return entry.slot >= 0 && this.#items[entry.slot] === entry;
+  }
+  /**
+   * Adds `entry` due at `due`, or moves it there if it is already in the heap (it then counts
+   * as pushed now).
+   */
+  push(entry, due) {
+    if (this.has(entry)) this.remove(entry);
+    entry.due = due;
+    entry.seq = this.#seq++;
+    const items = this.#items;
+    entry.slot = items.length;
+    items.push(entry);
+    this.#up(entry.slot);
+  }
+  /** Removes `entry`; returns whether it was in the heap. */
+  remove(entry) {
+    if (!this.has(entry)) return false;
+    const items = this.#items;
+    const at = entry.slot;
+    const last = items.pop();
+    entry.slot = -1;
+    if (last !== entry) {
+      items[at] = last;
+      last.slot = at;
+      if (at > 0 && before(last, items[at - 1 >> 1])) this.#up(at);
+      else this.#down(at);
+    }
+    return true;
+  }
+  /** Removes and returns the earliest entry, or `undefined` when empty. */
+  pop() {
+    const top = this.#items[0];
+    if (top !== void 0) this.remove(top);
+    return top;
+  }
+  /** Removes every entry. */
+  clear() {
+    for (const entry of this.#items) entry.slot = -1;
+    this.#items = [];
+  }
+  #up(at) {
+    const items = this.#items;
+    const entry = items[at];
+    while (at > 0) {
+      const parentAt = at - 1 >> 1;
+      const parent = items[parentAt];
+      if (!before(entry, parent)) break;
+      items[at] = parent;
+      parent.slot = at;
+      at = parentAt;
+    }
+    items[at] = entry;
+    entry.slot = at;
+  }
+  #down(at) {
+    const items = this.#items;
+    const n = items.length;
+    const entry = items[at];
+    for (; ; ) {
+      const left = 2 * at + 1;
+      if (left >= n) break;
+      const right = left + 1;
+      const child = right < n && before(items[right], items[left]) ? right : left;
+      if (!before(items[child], entry)) break;
+      items[at] = items[child];
+      items[at].slot = at;
+      at = child;
+    }
+    items[at] = entry;
+    entry.slot = at;
+  }
+};
+function before(a, b) {
+  return a.due < b.due || a.due === b.due && a.seq < b.seq;
+}
+
 // client/timer.ts
 var unrefTimer;
 function unref(id) {
@@ -460,22 +611,135 @@ function unref(id) {
   else id.unref?.();
 }
 var MAX_TIMEOUT_MS = 2 ** 31 - 1;
+var EARLY_MS = 1;
+var TimerQueue = class {
+  #heap = new DeadlineHeap();
+  #weak;
+  #timer;
+  /** When the runtime timer is armed to fire (Infinity when it is not armed). */
+  #armedFor = Infinity;
+  #firing = false;
+  #run = () => this.#fire();
+  /** @param weak Whether its runtime timer lets the process exit. */
+  constructor(weak) {
+    this.#weak = weak;
+  }
+  /** Number of entries scheduled. */
+  get size() {
+    return this.#heap.size;
+  }
+  /**
+   * Schedules `entry` to fire at `due` (`performance.now()` ms; never for `Infinity`),
+   * replacing any earlier scheduling of it.
+   */
+  schedule(entry, due) {
+    if (due === Infinity) {
+      this.cancel(entry);
+      return;
+    }
+    if (Number.isNaN(due)) due = 0;
+    this.#heap.push(entry, due);
+    if (!this.#firing && due < this.#armedFor) this.#arm(due);
+  }
+  /** Cancels `entry` if it is scheduled here. */
+  cancel(entry) {
+    if (!this.#heap.remove(entry)) return;
+    if (this.#heap.size === 0 && !this.#firing) this.#disarm();
+  }
+  /** Whether `entry` is scheduled here. */
+  scheduled(entry) {
+    return this.#heap.has(entry);
+  }
+  #arm(due) {
+    if (this.#timer !== void 0) clearTimeout(this.#timer);
+    const left = Math.max(0, due - performance.now());
+    const wait = Math.min(left, MAX_TIMEOUT_MS);
+    this.#armedFor = left > MAX_TIMEOUT_MS ? due - left + wait : due;
+    this.#timer = setTimeout(this.#run, wait);
+    if (this.#weak) unref(this.#timer);
+  }
+  #disarm() {
+    if (this.#timer !== void 0) clearTimeout(this.#timer);
+    this.#timer = void 0;
+    this.#armedFor = Infinity;
+  }
+  /**
+   * Fires what is due. Entries scheduled meanwhile (by what fires) wait for the next turn,
+   * as a fresh `setTimeout` would. One that throws does not stop the others: its error is
+   * rethrown in a microtask (an uncaught error, as from a bare timer).
+   */
+  #fire() {
+    this.#timer = void 0;
+    this.#armedFor = Infinity;
+    const heap = this.#heap;
+    const limit = heap.nextSeq;
+    const now = performance.now() + EARLY_MS;
+    this.#firing = true;
+    try {
+      for (let top = heap.peek(); top !== void 0 && top.due <= now; top = heap.peek()) {
+        if (top.seq >= limit) break;
+        heap.remove(top);
+        try {
+          top.fire();
+        } catch (error) {
+          queueMicrotask(() => {
+            throw error;
+          });
+        }
+      }
+    } finally {
+      this.#firing = false;
+      const top = heap.peek();
+      if (top !== void 0) this.#arm(top.due);
+    }
+  }
+};
+var timers = new TimerQueue(false);
+var weakTimers = new TimerQueue(true);
+var Alarm = class {
+  /** @internal */
+  due = 0;
+  /** @internal */
+  slot = -1;
+  /** @internal */
+  seq = 0;
+  #fn;
+  /** @param fn What to call when it fires. */
+  constructor(fn) {
+    this.#fn = fn;
+  }
+  /** Calls the function. */
+  fire() {
+    this.#fn();
+  }
+};
 function after(ms, fn, weak = false) {
-  const due = performance.now() + Math.max(0, ms);
-  let id;
-  const arm = () => {
-    const left = due - performance.now();
-    id = left > MAX_TIMEOUT_MS ? setTimeout(arm, MAX_TIMEOUT_MS) : setTimeout(fn, Math.max(0, left));
-    if (weak) unref(id);
-  };
-  arm();
-  return () => clearTimeout(id);
+  const queue = weak ? weakTimers : timers;
+  const alarm = new Alarm(fn);
+  queue.schedule(alarm, performance.now() + (ms > 0 ? ms : 0));
+  return () => queue.cancel(alarm);
 }
 
 // client/lock.ts
 function safetyMargin(leaseMs) {
   return Math.min(1e3, leaseMs * 0.05);
 }
+var EXPIRING = "its lease ran out before a renewal was confirmed";
+var LockTimer = class {
+  due = 0;
+  slot = -1;
+  seq = 0;
+  #lock;
+  #renewal;
+  constructor(lock, renewal) {
+    this.#lock = lock;
+    this.#renewal = renewal;
+  }
+  fire() {
+    if (this.#renewal) this.#lock.renewNow();
+    else this.#lock.lose(EXPIRING, false);
+  }
+};
 var LockHandle = class {
   /** The key. */
   key;
@@ -485,10 +749,13 @@ var LockHandle = class {
   #leaseMs;
   #expiresAt;
   #autoExtend;
-  #controller = new AbortController();
+  /** Made when `signal` is first asked for: most locks are released before anyone does. */
+  #controller;
+  /** Why the lock is lost (known or suspected), once it is: `signal`'s reason. */
+  #lost;
   /** The server answered `N`: lost for sure, not only suspected. */
   #knownLost = false;
-  #expiryTimer;
+  #expiryTimer = new LockTimer(this, false);
   #renewTimer;
   #released;
   #detached = false;
@@ -512,6 +779,10 @@ var LockHandle = class {
    * down). Its reason is a {@linkcode LockLostError}. It does not fire on `release()`.
    */
   get signal() {
+    if (this.#controller === void 0) {
+      this.#controller = new AbortController();
+      if (this.#lost !== void 0) this.#controller.abort(this.#lost);
+    }
     return this.#controller.signal;
   }
   /** Whether `release()` was called. */
@@ -534,7 +805,7 @@ var LockHandle = class {
       throw new TypeError(`lease must be a positive number of seconds, got ${lease}`);
     }
     if (this.#released !== void 0) throw new TypeError(`Lock "${this.key}" was released`);
-    if (this.#knownLost) throw this.#controller.signal.reason;
+    if (this.#knownLost) throw this.#lost;
     await this.#extend(Math.ceil(lease * 1e3));
   }
   /**
@@ -575,8 +846,9 @@ var LockHandle = class {
       this.#knownLost = true;
       this.#owner.forget(this);
     }
-    if (!this.#controller.signal.aborted) {
-      this.#controller.abort(new LockLostError(this.key, this.token, why));
+    if (this.#lost === void 0) {
+      this.#lost = new LockLostError(this.key, this.token, why);
+      this.#controller?.abort(this.#lost);
     }
   }
   /** Stops timers without releasing (the client is closing). Internal. */
@@ -589,37 +861,35 @@ var LockHandle = class {
     if (this.#released !== void 0) return;
     if (!held) {
       const why = "the server no longer holds it for this token (extend answered N)";
-      const suspected = this.#controller.signal.aborted;
+      const suspected = this.#lost !== void 0;
       this.lose(why);
-      throw suspected ? new LockLostError(this.key, this.token, why) : this.#controller.signal.reason;
+      throw suspected ? new LockLostError(this.key, this.token, why) : this.#lost;
     }
     this.#leaseMs = leaseMs;
     this.#expiresAt = sentAt + leaseMs;
-    if (!this.#controller.signal.aborted && !this.#detached) this.#schedule();
+    if (this.#lost === void 0 && !this.#detached) this.#schedule();
   }
   #schedule() {
-    this.#stopTimers();
-    const now = performance.now();
-    const fireIn = this.#expiresAt - safetyMargin(this.#leaseMs) - now;
-    this.#expiryTimer = after(fireIn, () => this.lose("its lease ran out before a renewal was confirmed", false));
-    if (this.#autoExtend) this.#renewIn(this.#expiresAt - this.#leaseMs * 2 / 3 - now);
+    timers.schedule(this.#expiryTimer, this.#expiresAt - safetyMargin(this.#leaseMs));
+    if (this.#autoExtend) this.#renewAt(this.#expiresAt - this.#leaseMs * 2 / 3);
   }
-  #renewIn(ms) {
-    this.#renewTimer?.();
-    this.#renewTimer = after(ms, () => {
-      this.#renewTimer = void 0;
-      this.#extend(this.#leaseMs).catch((error) => {
-        if (this.#released !== void 0 || this.#controller.signal.aborted) return;
-        if (error instanceof LockUnavailableError || !(error instanceof LockLostError)) {
-          this.#renewIn(Math.min(1e3, this.#leaseMs / 10));
-        }
-      });
+  /** A renewal at `at` (`performance.now()` ms); one already due goes out now. */
+  #renewAt(at) {
+    this.#renewTimer ??= new LockTimer(this, true);
+    timers.schedule(this.#renewTimer, at);
+  }
+  /** The renewal timer fired. Internal. */
+  renewNow() {
+    this.#extend(this.#leaseMs).catch((error) => {
+      if (this.#released !== void 0 || this.#lost !== void 0) return;
+      if (error instanceof LockUnavailableError || !(error instanceof LockLostError)) {
+        this.#renewAt(performance.now() + Math.min(1e3, this.#leaseMs / 10));
+      }
     });
   }
   #stopTimers() {
-    this.#expiryTimer?.();
-    this.#renewTimer?.();
-    this.#expiryTimer = this.#renewTimer = void 0;
+    timers.cancel(this.#expiryTimer);
+    if (this.#renewTimer !== void 0) timers.cancel(this.#renewTimer);
   }
 };
 
@@ -684,9 +954,18 @@ function resolveOptions(options, addresses) {
   };
 }
 function checkKey(key) {
+  if (typeof key === "string" && plainKey(key)) return;
   if (typeof key !== "string") throw new TypeError(`key must be a string, got ${typeof key}`);
   const problem = keyError(key);
   if (problem !== void 0) throw new TypeError(`Invalid key ${JSON.stringify(key)}: ${problem}`);
+}
+function plainKey(key) {
+  if (key.length === 0 || key.length > MAX_KEY_BYTES) return false;
+  for (let i = 0; i < key.length; i++) {
+    const c = key.charCodeAt(i);
+    if (c <= 32 || c >= 127) return false;
+  }
+  return true;
 }
 var MAX_SECONDS = 1e12;
 function toMs(seconds, what) {
@@ -705,13 +984,91 @@ function checkGrant(key, token) {
   }
 }
 
+// client/exchange.ts
+var Exchange = class {
+  /** @internal */
+  nextReceiver;
+  /** @internal */
+  lastReceiver;
+  /** The op (`A`, `R`, `X`, ...). */
+  op;
+  /** The key (or what stands for it in the echo). */
+  key;
+  /** Set when the caller gave up (abort): stop retrying. */
+  abandoned = false;
+  /**
+   * When to stop retrying (`performance.now()` ms), if sooner than `retryTimeoutMs`: an
+   * acquire's wait bounds its whole life, retries and connection attempts included.
+   */
+  until;
+  /** When it was handed to the router (`performance.now()` ms): retries count from here. */
+  startedAt = 0;
+  #router;
+  #connection;
+  /** @param op The op. @param key The key. */
+  constructor(op, key) {
+    this.op = op;
+    this.key = key;
+  }
+  /** Sent on `connection` by `router`'s first try. @internal */
+  sentOn(router, connection) {
+    this.#router = router;
+    this.#connection = connection;
+  }
+  /** @internal */
+  replied(reply) {
+    const connection = this.#connection;
+    this.#connection = void 0;
+    if (replyAction(reply) === "done") {
+      this.#router.served(connection);
+      this.done(reply);
+    } else this.#router.resume(this, connection, reply, void 0);
+  }
+  /** @internal */
+  lost(error) {
+    const connection = this.#connection;
+    this.#connection = void 0;
+    this.#router.resume(this, connection, void 0, error);
+  }
+};
+var PromiseExchange = class extends Exchange {
+  #line;
+  #resolve;
+  #reject;
+  constructor(op, key, line, settle) {
+    super(op, key);
+    this.#line = line;
+    this.#resolve = settle.resolve;
+    this.#reject = settle.reject;
+  }
+  line(connection) {
+    return this.#line(connection);
+  }
+  done(reply) {
+    this.#resolve(reply);
+  }
+  failed(error) {
+    this.#reject(error);
+  }
+};
+
 // client/managed_connection.ts
-var HELLO_ID = echoId("HELLO", "");
+var LOOK_SLACK_MS = 1;
 var ConnectionLost = class extends Error {
   /** @param address Where it was connected. @param detail Last error line from the server. */
   constructor(address, detail) {
     super(`Connection to ${address} was lost${detail ? ` (${detail})` : ""}`);
     this.name = "ConnectionLost";
+  }
+};
+var PromiseReceiver = class {
+  nextReceiver;
+  lastReceiver;
+  replied;
+  lost;
+  constructor(resolve, reject) {
+    this.replied = resolve;
+    this.lost = reject;
   }
 };
 var ManagedConnection = class {
@@ -723,15 +1080,31 @@ var ManagedConnection = class {
   #ready = false;
   #refusal;
   #connecting;
+  /**
+   * What waits for replies, by op and then key: the first receiver of each (op, key) queue.
+   * Two levels, so that neither a request nor a reply builds an `op key` string to look up.
+   */
   #pending = /* @__PURE__ */ new Map();
   #reconnectTimer;
   #lastError;
   /** Outstanding requests (pings included). */
   #outstanding = 0;
-  #lastReceived = 0;
   /** Lines received so far, over all of its transports. */
   #received = 0;
-  #watchTimer;
+  /**
+   * Signs of life for the watch: lines received, and the moments silence starts to count
+   * from (a connection opened, a request sent to an idle one). Counting them costs nothing
+   * per line, where reading the clock per line would.
+   */
+  #activity = 0;
+  /** {@linkcode #activity} when the watch last looked. */
+  #activitySeen = 0;
+  /** When the watch last saw a sign of life (an upper bound of the last one), ms. */
+  #lastHeard = 0;
+  #watchAlarm = new Alarm(() => this.#watchTick());
+  /** The one request whose round trip is being measured, and when it was sent. */
+  #timed;
+  #timedAt = 0;
   /** @param address Where to connect. @param options Shared settings. */
   constructor(address, options) {
     this.address = address;
@@ -768,10 +1141,10 @@ var ManagedConnection = class {
   probe(graceMs) {
     const transport = this.#transport;
     if (transport === void 0 || !this.#ready) return Promise.resolve(false);
-    const before = this.#received;
+    const before2 = this.#received;
     return new Promise((resolve) => {
       const cancel = after(graceMs, () => {
-        if (this.#received !== before) return resolve(true);
+        if (this.#received !== before2) return resolve(true);
         this.#dropFrozen(transport, `no reply to a probe for ${Math.round(graceMs)} ms`);
         resolve(false);
       });
@@ -780,7 +1153,7 @@ var ManagedConnection = class {
   }
   /** Whether a request with this (op, key) is outstanding here. */
   outstanding(op, key) {
-    return this.#pending.has(echoId(op, key));
+    return this.#pending.get(op)?.has(key) ?? false;
   }
   /**
    * Connects now unless connected or connecting. Resolves `true` once usable, `false` if
@@ -801,42 +1174,46 @@ var ManagedConnection = class {
     if (!this.#ready) return Promise.reject(new ConnectionLost(this.address.key));
     return this.#request(op, key, line);
   }
+  /**
+   * Sends a request line; `receiver` gets the reply whose (op, key) echo matches, or hears
+   * that the connection dropped first (also at once, in a microtask, if it is not up).
+   */
+  send(op, key, line, receiver) {
+    if (!this.#ready || this.#transport === void 0) {
+      queueMicrotask(() => receiver.lost(new ConnectionLost(this.address.key)));
+      return;
+    }
+    this.#send(this.#transport, op, key, line, receiver);
+  }
   #request(op, key, line) {
     const transport = this.#transport;
     if (transport === void 0) return Promise.reject(new ConnectionLost(this.address.key));
-    return new Promise((settled, reject) => {
-      const id = echoId(op, key);
-      if (this.#outstanding === 0) {
-        this.#lastReceived = performance.now();
-        transport.ref?.(true);
-      }
-      this.#outstanding++;
-      this.#watch();
-      const done = (reply) => {
-        if (--this.#outstanding === 0) transport.ref?.(false);
-        settled(reply);
-      };
-      let resolve = done;
-      if (op !== "A") {
-        const sentAt = performance.now();
-        resolve = (reply) => {
-          this.#options.roundTrip(performance.now() - sentAt);
-          done(reply);
-        };
-      }
-      const queue = this.#pending.get(id);
-      if (queue === void 0) this.#pending.set(id, [
-        {
-          resolve,
-          reject
-        }
-      ]);
-      else queue.push({
-        resolve,
-        reject
-      });
-      transport.send(line);
+    return new Promise((resolve, reject) => {
+      this.#send(transport, op, key, line, new PromiseReceiver(resolve, reject));
     });
+  }
+  #send(transport, op, key, line, receiver) {
+    if (this.#outstanding++ === 0) {
+      this.#activity++;
+      transport.ref?.(true);
+    }
+    if (!timers.scheduled(this.#watchAlarm)) this.#watch();
+    if (op !== "A" && this.#timed === void 0) {
+      this.#timed = receiver;
+      this.#timedAt = performance.now();
+    }
+    let byKey = this.#pending.get(op);
+    if (byKey === void 0) this.#pending.set(op, byKey = /* @__PURE__ */ new Map());
+    receiver.nextReceiver = void 0;
+    const first = byKey.get(key);
+    if (first === void 0) {
+      receiver.lastReceiver = receiver;
+      byKey.set(key, receiver);
+    } else {
+      first.lastReceiver.nextReceiver = receiver;
+      first.lastReceiver = receiver;
+    }
+    transport.send(line);
   }
   async #open() {
     this.#reconnectTimer?.();
@@ -863,7 +1240,7 @@ var ManagedConnection = class {
         return false;
       }
       this.#transport = transport;
-      this.#lastReceived = performance.now();
+      this.#activity++;
       this.#sayHello(transport);
       this.#ready = true;
       this.#lastError = void 0;
@@ -907,22 +1284,34 @@ var ManagedConnection = class {
     this.request(PROBE, "-", PROBE).catch(() => {
     });
   }
-  /** Keeps an eye on a connection while requests are outstanding on it. */
+  /**
+   * Keeps an eye on a connection while requests are outstanding on it: looks every third of
+   * `staleAfterMs`, probes it once it was silent for that long, drops it once it was silent
+   * for all of it.
+   */
   #watch() {
-    if (this.#watchTimer !== void 0 || this.#outstanding === 0) return;
+    if (this.#outstanding === 0) return;
+    const now = performance.now();
+    this.#activitySeen = this.#activity;
+    this.#lastHeard = now;
+    timers.schedule(this.#watchAlarm, now + this.#options.staleAfterMs / 3);
+  }
+  #watchTick() {
+    const transport = this.#transport;
+    if (transport === void 0 || this.#outstanding === 0) return;
+    const now = performance.now();
+    if (this.#activitySeen !== this.#activity) {
+      this.#activitySeen = this.#activity;
+      this.#lastHeard = now;
+    }
     const probeMs = this.#options.staleAfterMs / 3;
-    this.#watchTimer = after(probeMs, () => {
-      this.#watchTimer = void 0;
-      const transport = this.#transport;
-      if (transport === void 0 || this.#outstanding === 0) return;
-      const silentMs = performance.now() - this.#lastReceived;
-      if (silentMs >= this.#options.staleAfterMs) {
-        this.#dropFrozen(transport, `no reply for ${Math.round(silentMs)} ms`);
-        return;
-      }
-      if (silentMs >= probeMs) this.#ping();
-      this.#watch();
-    });
+    const silentMs = now - this.#lastHeard;
+    if (silentMs + LOOK_SLACK_MS >= this.#options.staleAfterMs) {
+      this.#dropFrozen(transport, `no reply for ${Math.round(silentMs)} ms`);
+      return;
+    }
+    timers.schedule(this.#watchAlarm, now + probeMs);
+    if (silentMs + LOOK_SLACK_MS >= probeMs) this.#ping();
   }
   /** Closes `transport` (if still current) as frozen; it is reported lost, so its requests move on. */
   #dropFrozen(transport, why) {
@@ -931,23 +1320,34 @@ var ManagedConnection = class {
     transport.close();
   }
   #reply(text) {
-    this.#lastReceived = performance.now();
     this.#received++;
+    this.#activity++;
     const reply = parseReply(text);
     if (reply === void 0) {
       this.#lastError = `malformed reply ${JSON.stringify(text.slice(0, 100))}`;
       this.#transport?.close();
       return;
     }
-    const id = reply.op === "HELLO" ? HELLO_ID : echoId(reply.op, reply.key);
-    const queue = this.#pending.get(id);
-    const pending = queue?.shift();
-    if (pending === void 0) {
+    const key = reply.op === "HELLO" ? "" : reply.key;
+    const byKey = this.#pending.get(reply.op);
+    const receiver = byKey?.get(key);
+    if (receiver === void 0) {
       if (reply.status === "E") this.#lastError = reply.text;
       return;
     }
-    if (queue.length === 0) this.#pending.delete(id);
-    pending.resolve(reply);
+    const next = receiver.nextReceiver;
+    if (next === void 0) byKey.delete(key);
+    else {
+      next.lastReceiver = receiver.lastReceiver;
+      byKey.set(key, next);
+    }
+    receiver.nextReceiver = receiver.lastReceiver = void 0;
+    if (--this.#outstanding === 0) this.#transport?.ref?.(false);
+    if (receiver === this.#timed) {
+      this.#timed = void 0;
+      this.#options.roundTrip(performance.now() - this.#timedAt);
+    }
+    receiver.replied(reply);
   }
   #lost(transport) {
     if (this.#transport !== transport) return;
@@ -974,14 +1374,23 @@ var ManagedConnection = class {
     this.#failAll("client closed");
   }
   #failAll(detail) {
-    this.#watchTimer?.();
-    this.#watchTimer = void 0;
+    timers.cancel(this.#watchAlarm);
     this.#outstanding = 0;
-    const pending = [
-      ...this.#pending.values()
-    ].flat();
+    this.#timed = void 0;
+    const pending = [];
+    for (const byKey of this.#pending.values()) {
+      for (const first of byKey.values()) {
+        let receiver = first;
+        while (receiver !== void 0) {
+          const next = receiver.nextReceiver;
+          receiver.nextReceiver = receiver.lastReceiver = void 0;
+          pending.push(receiver);
+          receiver = next;
+        }
+      }
+    }
     this.#pending.clear();
-    for (const p of pending) p.reject(new ConnectionLost(this.address.key, detail));
+    for (const p of pending) p.lost(new ConnectionLost(this.address.key, detail));
   }
 };
 
@@ -1072,16 +1481,63 @@ var Router = class {
    * @param line Builds the line for the connection it goes out on (an acquire asks for the
    * wait that is left).
    * @throws {LockUnavailableError} No connection could carry it.
-   * @throws {LockError} The client closed, or the attempt was abandoned.
+   * @throws {LockError} The client closed.
    */
-  async exchange(op, key, line, attempt) {
+  exchange(op, key, line) {
+    return new Promise((resolve, reject) => {
+      const exchange = new PromiseExchange(op, key, line, {
+        resolve,
+        reject
+      });
+      exchange.startedAt = performance.now();
+      this.send(exchange);
+    });
+  }
+  /**
+   * Sends `exchange` as {@linkcode exchange} does, telling it the final reply (`done`) or
+   * the error (`failed`). Its first try goes out at once (synchronously) when a connection
+   * is up. Set its `startedAt` first.
+   */
+  send(exchange) {
+    if (!this.#closed.aborted && !exchange.abandoned) {
+      const connection = this.#pick(exchange.op, exchange.key);
+      if (connection !== void 0) {
+        exchange.sentOn(this, connection);
+        connection.send(exchange.op, exchange.key, exchange.line(connection), exchange);
+        return;
+      }
+    }
+    this.#retry(exchange, void 0);
+  }
+  /** `connection` served a request: its node is preferred from now on. @internal */
+  served(connection) {
+    this.#active = connection.address.key;
+  }
+  /**
+   * The first try of `exchange` on `connection` did not end it (it dropped, or the answer
+   * was `M` or a retry): the retry loop takes over, in a microtask (as after an await), not
+   * in the middle of the connection's own work. @internal
+   */
+  resume(exchange, connection, reply, error) {
+    const outcome = {
+      connection,
+      reply,
+      error
+    };
+    queueMicrotask(() => this.#retry(exchange, outcome));
+  }
+  #retry(exchange, first) {
+    this.#loop(exchange, first).then((reply) => exchange.done(reply), (error) => exchange.failed(error));
+  }
+  /** The retry loop of {@linkcode exchange}, after a first try that did not end it. */
+  async #loop(ex, first) {
+    const { op, key } = ex;
     const closed = this.#closed;
-    const until = attempt?.until;
-    const giveUpAt = Math.min(performance.now() + this.#options.retryTimeoutMs, until ?? Infinity);
+    const giveUpAt = Math.min(ex.startedAt + this.#options.retryTimeoutMs, ex.until ?? Infinity);
     const connectBy = () => {
-      const until2 = attempt?.until;
-      if (until2 === void 0 || this.#connections.some((c) => c.up)) return until2;
-      return Math.max(until2, performance.now() + this.#options.connectTimeoutMs);
+      const until = ex.until;
+      if (until === void 0 || this.#connections.some((c) => c.up)) return until;
+      return Math.max(until, performance.now() + this.#options.connectTimeoutMs);
     };
     let failures = 0;
     let lastProblem = "";
@@ -1094,38 +1550,53 @@ var Router = class {
       await sleep(backoff, closed);
       backoff = Math.min(backoff * 2, 200);
     };
+    let outcome = first;
     for (; ; ) {
-      if (closed.aborted) throw new LockError("The client is closed");
-      if (attempt?.abandoned) throw new LockError("Abandoned");
-      let connection = target ?? this.#pick(op, key);
-      target = void 0;
-      if (connection !== void 0 && !connection.up && !await by(connection.connect(), connectBy(), false)) {
-        if (connection.refusal !== void 0) {
-          throw new LockRejectedError(op, key, connection.refusal);
+      if (outcome === void 0) {
+        if (closed.aborted) throw new LockError("The client is closed");
+        if (ex.abandoned) throw new LockError("Abandoned");
+        let connection2 = target ?? this.#pick(op, key);
+        target = void 0;
+        if (connection2 !== void 0 && !connection2.up && !await by(connection2.connect(), connectBy(), false)) {
+          if (connection2.refusal !== void 0) {
+            throw new LockRejectedError(op, key, connection2.refusal);
+          }
+          lastProblem = `${connection2.address.key} is unreachable`;
+          if (this.#active === connection2.address.key) this.#active = void 0;
+          await pause();
+          continue;
         }
-        lastProblem = `${connection.address.key} is unreachable`;
-        if (this.#active === connection.address.key) this.#active = void 0;
-        await pause();
-        continue;
-      }
-      connection ??= await by(this.#anyUp(), connectBy(), void 0);
-      if (connection === void 0) {
-        const refusal = this.#connections.find((c) => c.refusal !== void 0)?.refusal;
-        if (refusal !== void 0) throw new LockRejectedError(op, key, refusal);
-        const reasons = [
-          ...new Set(this.#connections.map((c) => c.lastError).filter((e) => e))
-        ];
-        lastProblem = reasons.length > 0 ? reasons.join("; ") : "no node could be reached";
-        if (++failures >= this.#connections.length || performance.now() >= (until ?? Infinity)) {
-          throw unavailable();
+        connection2 ??= await by(this.#anyUp(), connectBy(), void 0);
+        if (connection2 === void 0) {
+          const refusal = this.#connections.find((c) => c.refusal !== void 0)?.refusal;
+          if (refusal !== void 0) throw new LockRejectedError(op, key, refusal);
+          const reasons = [
+            ...new Set(this.#connections.map((c) => c.lastError).filter((e) => e))
+          ];
+          lastProblem = reasons.length > 0 ? reasons.join("; ") : "no node could be reached";
+          if (++failures >= this.#connections.length || performance.now() >= (ex.until ?? Infinity)) {
+            throw unavailable();
+          }
+          continue;
         }
-        continue;
+        if (closed.aborted) throw new LockError("The client is closed");
+        try {
+          outcome = {
+            connection: connection2,
+            reply: await connection2.request(op, key, ex.line(connection2)),
+            error: void 0
+          };
+        } catch (error2) {
+          outcome = {
+            connection: connection2,
+            reply: void 0,
+            error: error2
+          };
+        }
       }
-      if (closed.aborted) throw new LockError("The client is closed");
-      let reply;
-      try {
-        reply = await connection.request(op, key, line(connection));
-      } catch (error) {
+      const { connection, reply, error } = outcome;
+      outcome = void 0;
+      if (reply === void 0) {
         if (!(error instanceof ConnectionLost)) throw error;
         if (connection.refusal !== void 0) {
           throw new LockRejectedError(op, key, connection.refusal);
@@ -1209,17 +1680,42 @@ var Router = class {
    * The next connection, round-robin over those usable now: those of the known active node
    * first and, for an acquire, those without an earlier acquire of the same key outstanding
    * (the server answers those in order, so a try-lock would wait behind a long wait).
+   * Counted in place, without making the lists.
    */
   #pick(op, key) {
-    const up = this.#connections.filter((c) => c.up);
-    if (up.length === 0) return void 0;
-    const preferred = up.filter((c) => c.address.key === this.#active);
-    let pool = preferred.length > 0 ? preferred : up;
-    if (op === "A" && pool.length > 1) {
-      const free = pool.filter((c) => !c.outstanding(op, key));
-      if (free.length > 0) pool = free;
+    const all = this.#connections;
+    const active = this.#active;
+    let up = 0;
+    let preferred = 0;
+    for (let i = 0; i < all.length; i++) {
+      const c = all[i];
+      if (!c.up) continue;
+      up++;
+      if (c.address.key === active) preferred++;
     }
-    return pool[this.#next++ % pool.length];
+    if (up === 0) return void 0;
+    const onlyActive = preferred > 0;
+    let size = onlyActive ? preferred : up;
+    let onlyFree = false;
+    if (op === "A" && size > 1) {
+      let free = 0;
+      for (let i = 0; i < all.length; i++) {
+        const c = all[i];
+        if (c.up && (!onlyActive || c.address.key === active) && !c.outstanding(op, key)) free++;
+      }
+      if (free > 0) {
+        onlyFree = true;
+        size = free;
+      }
+    }
+    let index = this.#next++ % size;
+    for (let i = 0; i < all.length; i++) {
+      const c = all[i];
+      if (!c.up || onlyActive && c.address.key !== active) continue;
+      if (onlyFree && c.outstanding(op, key)) continue;
+      if (index-- === 0) return c;
+    }
+    return void 0;
   }
   /** Connects every idle connection now and resolves with the first that comes up. */
   async #anyUp() {
@@ -1255,105 +1751,215 @@ function unexpected(reply) {
   if (reply.status === "E") return new LockRejectedError(reply.op, reply.key, reply.text ?? "");
   return new LockError(`Unexpected reply to ${reply.op} "${reply.key}": ${reply.status}`);
 }
-async function acquire(ctx, key, { leaseMs, waitMs, session, signal }, granted) {
-  if (signal?.aborted) throw new LockAbortedError(key, signal.reason);
-  const { router } = ctx;
-  const started = performance.now();
-  const attempt = {
-    abandoned: false,
-    until: waitMs === 0 ? void 0 : started + waitMs + REPLY_MARGIN_MS + 2 * router.replyLatency
-  };
-  let sentAt = started;
-  const { promise, resolve, reject } = Promise.withResolvers();
-  let cancelDeadline;
-  let sends = 0;
-  const cleanup = () => {
-    cancelDeadline?.();
-    signal?.removeEventListener("abort", onAbort);
-  };
-  const giveUp = (error) => {
-    if (attempt.abandoned) return;
-    attempt.abandoned = true;
-    cleanup();
-    reject(error);
-  };
-  const onAbort = () => giveUp(new LockAbortedError(key, signal.reason));
-  const deadline = async (connection, received, send) => {
-    if (connection.up && connection.received === received) {
-      const graceMs = Math.min(ctx.options.staleConnectionMs, PROBE_GRACE_MS + 4 * router.replyLatency);
-      if (!await connection.probe(graceMs)) return;
-      if (attempt.abandoned || send !== sends) return;
+function acquire(ctx, params, granted) {
+  const signal = params.signal;
+  if (signal?.aborted) return Promise.reject(new LockAbortedError(params.key, signal.reason));
+  return new AcquireRequest(ctx, params, granted).start();
+}
+var AcquireRequest = class extends Exchange {
+  /** @internal The wait's deadline, as a timer entry. */
+  due = 0;
+  /** @internal */
+  slot = -1;
+  /** @internal */
+  seq = 0;
+  leaseMs;
+  waitMs;
+  session;
+  autoExtend;
+  signal;
+  #ctx;
+  #granted;
+  #resolve;
+  #reject;
+  /** While `start()` runs: the first line goes out now, at `startedAt`. */
+  #starting = true;
+  #sentAt = 0;
+  #sends = 0;
+  /** What the deadline of the latest send looks at. */
+  #connection;
+  #received = 0;
+  #send = 0;
+  #onAbort;
+  constructor(ctx, params, granted) {
+    super("A", params.key);
+    this.#ctx = ctx;
+    this.#granted = granted;
+    this.leaseMs = params.leaseMs;
+    this.waitMs = params.waitMs;
+    this.session = params.session;
+    this.autoExtend = params.autoExtend;
+    this.signal = params.signal;
+    const started = performance.now();
+    this.startedAt = started;
+    if (this.waitMs !== 0) {
+      this.until = started + this.waitMs + REPLY_MARGIN_MS + 2 * ctx.router.replyLatency;
     }
-    giveUp(new LockTimeoutError(key, waitMs / 1e3));
-  };
-  const line = (connection) => {
-    sentAt = performance.now();
-    const left = waitMs === 0 ? 0 : Math.max(1, Math.ceil(waitMs - (sentAt - started)));
+  }
+  start() {
+    const promise = new Promise((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+    const signal = this.signal;
+    if (signal !== void 0) {
+      this.#onAbort = () => this.#giveUp(new LockAbortedError(this.key, signal.reason));
+      signal.addEventListener("abort", this.#onAbort, {
+        once: true
+      });
+    }
+    this.#ctx.begin();
+    this.#ctx.router.send(this);
+    this.#starting = false;
+    return promise;
+  }
+  line(connection) {
+    const sentAt = this.#starting ? this.startedAt : performance.now();
+    this.#sentAt = sentAt;
+    const waitMs = this.waitMs;
+    const left = waitMs === 0 ? 0 : Math.max(1, Math.ceil(waitMs - (sentAt - this.startedAt)));
     if (left > 0) {
-      cancelDeadline?.();
-      const send = ++sends;
-      const received = connection.received;
-      cancelDeadline = after(left + REPLY_MARGIN_MS + 2 * router.replyLatency, () => ctx.track(deadline(connection, received, send)));
+      this.#send = ++this.#sends;
+      this.#connection = connection;
+      this.#received = connection.received;
+      timers.schedule(this, sentAt + left + REPLY_MARGIN_MS + 2 * this.#ctx.router.replyLatency);
     }
-    return acquireLine(key, leaseMs, left, session);
-  };
-  signal?.addEventListener("abort", onAbort, {
-    once: true
-  });
-  const exchange = router.exchange("A", key, line, attempt);
-  const settle = (reply) => {
-    if (reply.status === "A") {
-      const latency = router.latency;
-      return granted(reply.token, latency > 0 ? Math.max(sentAt, performance.now() - latency) : sentAt);
+    return acquireLine(this.key, this.leaseMs, left, this.session);
+  }
+  /**
+   * The wait (plus a margin for the reply's trip) is over: a connection that answered
+   * anything since the request went out is alive and the answer is T; one that stayed
+   * silent is probed, and dropped if the probe goes unanswered, which moves the request to
+   * the next connection. @internal
+   */
+  fire() {
+    this.#ctx.track(this.#deadline(this.#connection, this.#received, this.#send));
+  }
+  async #deadline(connection, received, send) {
+    if (connection.up && connection.received === received) {
+      const graceMs = Math.min(this.#ctx.options.staleConnectionMs, PROBE_GRACE_MS + 4 * this.#ctx.router.replyLatency);
+      if (!await connection.probe(graceMs)) return;
+      if (this.abandoned || send !== this.#sends) return;
     }
-    if (reply.status === "T") throw new LockTimeoutError(key, waitMs / 1e3);
-    throw unexpected(reply);
-  };
-  ctx.track(exchange.then((reply) => {
-    cleanup();
-    if (attempt.abandoned) {
-      if (reply.status === "A") ctx.track(release(ctx, key, reply.token));
+    this.#giveUp(new LockTimeoutError(this.key, this.waitMs / 1e3));
+  }
+  #giveUp(error) {
+    if (this.abandoned) return;
+    this.abandoned = true;
+    this.#cleanup();
+    this.#reject(error);
+  }
+  #cleanup() {
+    timers.cancel(this);
+    if (this.#onAbort !== void 0) this.signal.removeEventListener("abort", this.#onAbort);
+  }
+  done(reply) {
+    this.#cleanup();
+    this.#ctx.end();
+    if (this.abandoned) {
+      if (reply.status === "A") this.#ctx.track(release(this.#ctx, this.key, reply.token));
       return;
     }
     try {
-      resolve(settle(reply));
+      this.#resolve(this.#settle(reply));
     } catch (error) {
-      reject(error);
+      this.#reject(error);
     }
-  }, (error) => {
-    cleanup();
-    if (!attempt.abandoned) reject(error);
-  }));
-  return await promise;
-}
+  }
+  failed(error) {
+    this.#cleanup();
+    this.#ctx.end();
+    if (!this.abandoned) this.#reject(error);
+  }
+  #settle(reply) {
+    if (reply.status === "A") {
+      const latency = this.#ctx.router.latency;
+      const sentAt = this.#sentAt;
+      return this.#granted(this, reply.token, latency > 0 ? Math.max(sentAt, performance.now() - latency) : sentAt);
+    }
+    if (reply.status === "T") throw new LockTimeoutError(this.key, this.waitMs / 1e3);
+    throw unexpected(reply);
+  }
+};
 async function extend(ctx, key, token, leaseMs) {
   const reply = await ctx.router.exchange("X", key, () => extendLine(key, token, leaseMs));
   if (reply.status === "X") return true;
   if (reply.status === "N") return false;
   throw unexpected(reply);
 }
-async function release(ctx, key, token) {
-  const { options, closed } = ctx;
-  const until = performance.now() + options.releaseRetryMs;
-  for (; ; ) {
-    try {
-      const reply = await within(ctx, until - performance.now(), ctx.router.exchange("R", key, () => releaseLine(key, token)), () => new LockUnavailableError(`Release of "${key}" not confirmed in time`));
-      if (reply.status === "R" || reply.status === "N") return reply.status === "R";
-      throw unexpected(reply);
-    } catch (error) {
-      const retry = error instanceof LockUnavailableError && !closed.aborted && performance.now() + options.releaseRetryIntervalMs < until;
-      if (!retry) throw error;
-    }
-    await sleep(options.releaseRetryIntervalMs, closed);
+function release(ctx, key, token) {
+  return new ReleaseRequest(ctx, key, token, true).start();
+}
+function releaseLock(ctx, key, token) {
+  return new ReleaseRequest(ctx, key, token, false).start();
+}
+var ReleaseRequest = class extends Exchange {
+  /** @internal The bound, as a timer entry. */
+  due = 0;
+  /** @internal */
+  slot = -1;
+  /** @internal */
+  seq = 0;
+  #ctx;
+  #token;
+  #line;
+  #answer;
+  #resolve;
+  #reject;
+  #until = 0;
+  /** Reported unconfirmed: what the attempt in flight gets is no longer anyone's. */
+  #late = false;
+  constructor(ctx, key, token, answer) {
+    super("R", key);
+    this.#ctx = ctx;
+    this.#token = token;
+    this.#answer = answer;
   }
-}
-function within(ctx, ms, promise, late) {
-  ctx.track(promise);
-  return new Promise((resolve, reject) => {
-    const cancel = after(ms, () => reject(late()));
-    promise.then(resolve, reject).finally(cancel);
-  });
-}
+  start() {
+    const promise = new Promise((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+    const now = performance.now();
+    this.#until = now + this.#ctx.options.releaseRetryMs;
+    timers.schedule(this, this.#until);
+    this.#attempt(now);
+    return promise;
+  }
+  #attempt(now) {
+    this.startedAt = now;
+    this.#ctx.begin();
+    this.#ctx.router.send(this);
+  }
+  line() {
+    return this.#line ??= releaseLine(this.key, this.#token);
+  }
+  /** `releaseRetryMs` passed with no confirmation. @internal */
+  fire() {
+    this.#late = true;
+    this.#reject(new LockUnavailableError(`Release of "${this.key}" not confirmed in time`));
+  }
+  done(reply) {
+    this.#ctx.end();
+    if (this.#late) return;
+    timers.cancel(this);
+    if (reply.status === "R" || reply.status === "N") {
+      this.#resolve(this.#answer ? reply.status === "R" : void 0);
+    } else this.#reject(unexpected(reply));
+  }
+  failed(error) {
+    this.#ctx.end();
+    if (this.#late) return;
+    const { options, closed } = this.#ctx;
+    const retry = error instanceof LockUnavailableError && !closed.aborted && performance.now() + options.releaseRetryIntervalMs < this.#until;
+    if (!retry) {
+      timers.cancel(this);
+      this.#reject(error);
+      return;
+    }
+    sleep(options.releaseRetryIntervalMs, closed).then(() => this.#attempt(performance.now()));
+  }
+};
 
 // client/inspect.ts
 function keyStateFrom(reply) {
@@ -1435,6 +2041,10 @@ var LockClient = class {
   #closed;
   #locks = /* @__PURE__ */ new Set();
   #background = /* @__PURE__ */ new Set();
+  /** Requests on their way (acquires, releases): `close()` waits for them to end. */
+  #inflight = 0;
+  /** Resolves `close()`'s wait once no request is on its way. */
+  #drained;
   #options;
   #owner;
   #requests;
@@ -1492,17 +2102,21 @@ var LockClient = class {
       router: this.#router,
       options: this.#options,
       closed: this.#closing.signal,
-      track: (promise) => this.#track(promise)
+      track: (promise) => this.#track(promise),
+      begin: () => void this.#inflight++,
+      end: () => {
+        if (--this.#inflight === 0 && this.#drained !== void 0) this.#drained();
+      }
     };
     this.#owner = {
       extend: (key, token, leaseMs) => extend(this.#requests, key, token, leaseMs),
-      release: async (key, token) => void await release(this.#requests, key, token),
+      release: (key, token) => releaseLock(this.#requests, key, token),
       forget: (lock) => this.#locks.delete(lock)
     };
     this.#router.start();
     clientInternals.set(this, {
       exchange: (op, key, line) => this.#router.exchange(op, key, () => line),
-      release: async (key, token) => void await release(this.#requests, key, token)
+      release: (key, token) => releaseLock(this.#requests, key, token)
     });
   }
   /** Number of managed connections (two for a single address). */
@@ -1545,32 +2159,32 @@ var LockClient = class {
     if (this.#closed !== void 0) return Promise.reject(new LockError("The client is closed"));
     try {
       checkKey(key);
-      const leaseMs = toMs(options.lease ?? 30, "lease");
-      const waitMs = toMs(options.wait ?? 0, "wait");
-      const autoExtend = options.autoExtend ?? this.#options.autoExtend;
-      const session = options.session ?? this.#options.sessionLocks;
-      return acquire(this.#requests, key, {
-        leaseMs,
-        waitMs,
-        session,
+      return acquire(this.#requests, {
+        key,
+        leaseMs: toMs(options.lease ?? 30, "lease"),
+        waitMs: toMs(options.wait ?? 0, "wait"),
+        session: options.session ?? this.#options.sessionLocks,
+        autoExtend: options.autoExtend ?? this.#options.autoExtend,
         signal: options.signal
-      }, (token, grantedAt) => {
-        const lock = new LockHandle(key, token, this.#owner, {
-          leaseMs,
-          grantedAt,
-          autoExtend
-        });
-        this.#locks.add(lock);
-        if (this.#closed !== void 0) {
-          this.#track(lock.release());
-          throw new LockError("The client is closed");
-        }
-        return lock;
-      });
+      }, this.#granted);
     } catch (error) {
       return Promise.reject(error);
     }
   }
+  /** Makes the `Lock` of a grant (one function for every acquire, not a closure each). */
+  #granted = (request, token, grantedAt) => {
+    const lock = new LockHandle(request.key, token, this.#owner, {
+      leaseMs: request.leaseMs,
+      grantedAt,
+      autoExtend: request.autoExtend
+    });
+    this.#locks.add(lock);
+    if (this.#closed !== void 0) {
+      this.#track(lock.release());
+      throw new LockError("The client is closed");
+    }
+    return lock;
+  };
   /**
    * Takes `key` only if it is free now: never queues behind a holder.
    *
@@ -1750,6 +2364,10 @@ var LockClient = class {
     timeout.abort();
     for (const lock of held) lock.stop();
     this.#closing.abort(new LockError("The client is closed"));
+    if (this.#inflight > 0) {
+      await new Promise((resolve) => this.#drained = resolve);
+      this.#drained = void 0;
+    }
     await Promise.allSettled([
       ...this.#background
     ]);
