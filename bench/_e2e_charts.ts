@@ -15,6 +15,7 @@ const COLORS: Record<string, string> = {
   "lockd/node": "#4f8be0",
   "lockd/bun": "#8fb5ee",
   "lockd-node-net/deno": "#0b3478",
+  "lockd-1conn/deno": "#5b2c9f",
   "redlock/deno": "#c0392b",
   "redlock/node": "#e8837a",
   "semaphore/deno": "#b9770e",

@@ -12,7 +12,7 @@ import type { LockSystem, OpenSystem, SystemConfig } from "./_e2e_workload.ts";
 
 /** Opens one `LockClient` to `config.address`. */
 export const open: OpenSystem = async (config: SystemConfig): Promise<LockSystem> => {
-  const options: LockClientOptions = {};
+  const options: LockClientOptions = { connectionsPerAddress: config.connectionsPerAddress };
   if (config.transport) {
     const { connectNodeTcp } = await import(config.transport);
     options.connect = connectNodeTcp;

@@ -36,6 +36,8 @@ export interface Variant {
   runtime: RuntimeName;
   /** lockd over `client/node_tcp.ts` instead of the runtime's default transport. */
   nodeNet?: boolean;
+  /** lockd with one connection per address instead of its default two (`lockd-1conn`). */
+  oneConnection?: boolean;
 }
 
 /** Every variant, in report order. Bun runs lockd only (the others live on npm). */
@@ -50,6 +52,7 @@ export const VARIANTS: readonly Variant[] = [
   { id: "etcd3/deno", system: "etcd3", runtime: "deno" },
   { id: "etcd3/node", system: "etcd3", runtime: "node" },
   { id: "lockd-node-net/deno", system: "lockd", runtime: "deno", nodeNet: true },
+  { id: "lockd-1conn/deno", system: "lockd", runtime: "deno", oneConnection: true },
 ];
 
 /** Workloads: (a) one task, (b) 64 tasks on own keys, (c) 64 on one key, (d) 4 × 16. */
@@ -316,6 +319,7 @@ export async function measure(
         pollMs: settings.pollMs,
         redlockRetryMs: settings.redlockRetryMs,
         transport: variant.nodeNet ? l.nodeTcp : undefined,
+        connectionsPerAddress: variant.oneConnection ? 1 : undefined,
         tasks: cell.tasksPerProc,
         keyPrefix: cell.sharedKey ? "bench:shared" : `bench:${p}`,
         sharedKey: cell.sharedKey,

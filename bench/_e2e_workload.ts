@@ -44,6 +44,8 @@ export interface SystemConfig {
   redlockRetryMs: number;
   /** A transport module for lockd instead of the runtime's default (`client/node_tcp.ts`). */
   transport?: string;
+  /** lockd's `connectionsPerAddress`, when not its default. */
+  connectionsPerAddress?: number;
 }
 
 /** An adapter module (`bench/_e2e_<system>.ts`) exports `open`. */

@@ -53,8 +53,9 @@ const HELP = `Usage: deno task bench:clients [options]
   --warmup S            unrecorded seconds before each window (default 1)
   --only LIST           workloads or cells: a,b,c,d or e.g. b,a/same (default a,b,c,d)
   --placements LIST     placements of (a) and (b): any,same,split (default all three)
-  --systems LIST        lockd,redlock,semaphore,etcd3 (default all); lockd-node-net adds
-                        lockd under Deno over client/node_tcp.ts
+  --systems LIST        lockd,lockd-1conn,redlock,semaphore,etcd3 (default all);
+                        lockd-1conn is lockd under Deno with connectionsPerAddress 1;
+                        lockd-node-net adds lockd under Deno over client/node_tcp.ts
   --runtimes LIST       deno,node,bun (default all that are installed)
   --variants LIST       exact clients, e.g. lockd/deno,redlock/deno (overrides the two above)
   --cpus A,B            CPUs of pinned runs: the server's, the client's (default 0,1)
@@ -142,10 +143,11 @@ function parse(args: string[], ticks: number): Options | undefined {
       return v;
     });
   } else {
-    const systems = list(values.systems) ?? ["lockd", "redlock", "semaphore", "etcd3"];
+    const systems = list(values.systems) ??
+      ["lockd", "lockd-1conn", "redlock", "semaphore", "etcd3"];
     const runtimes = list(values.runtimes) ?? ["deno", "node", "bun"];
     variants = VARIANTS.filter((v) =>
-      systems.includes(v.nodeNet ? "lockd-node-net" : v.system) && runtimes.includes(v.runtime)
+      systems.includes(v.id.split("/")[0]) && runtimes.includes(v.runtime)
     );
   }
   const cpus = (list(values.cpus) ?? []).map(Number);

@@ -23,6 +23,8 @@ export abstract class Exchange implements Receiver {
   nextReceiver: Receiver | undefined;
   /** @internal */
   lastReceiver: Receiver | undefined;
+  /** @internal */
+  sentSeq = 0;
   /** The op (`A`, `R`, `X`, ...). */
   readonly op: string;
   /** The key (or what stands for it in the echo). */

@@ -35,16 +35,22 @@ export interface Receiver {
   nextReceiver: Receiver | undefined;
   /** On the first of a queue, its last: the connection's to set. */
   lastReceiver: Receiver | undefined;
+  /** Its place among the requests this process sent (any connection): the connection's to set. */
+  sentSeq?: number;
   /** The reply whose echoed (op, key) matched. */
   replied(reply: Reply): void;
   /** The connection dropped before the reply came. */
   lost(error: ConnectionLost): void;
 }
 
+/** Requests sent by this process so far, on any connection (orders `Receiver.sentSeq`). */
+let sentSeq = 0;
+
 /** The receiver behind {@linkcode ManagedConnection.request}: a promise. */
 class PromiseReceiver implements Receiver {
   nextReceiver: Receiver | undefined;
   lastReceiver: Receiver | undefined;
+  sentSeq = 0;
   replied: (reply: Reply) => void;
   lost: (error: ConnectionLost) => void;
 
@@ -167,6 +173,14 @@ export class ManagedConnection {
     });
   }
 
+  /**
+   * When the oldest request with this (op, key) outstanding here was sent (its `sentSeq`),
+   * or `Infinity` if there is none.
+   */
+  oldest(op: string, key: string): number {
+    return this.#pending.get(op)?.get(key)?.sentSeq ?? Infinity;
+  }
+
   /** Whether a request with this (op, key) is outstanding here. */
   outstanding(op: string, key: string): boolean {
     return this.#pending.get(op)?.has(key) ?? false;
@@ -229,6 +243,7 @@ export class ManagedConnection {
     }
     let byKey = this.#pending.get(op);
     if (byKey === undefined) this.#pending.set(op, byKey = new Map());
+    receiver.sentSeq = sentSeq++;
     receiver.nextReceiver = undefined;
     const first = byKey.get(key);
     if (first === undefined) {

@@ -346,6 +346,7 @@ export class Router {
    * The next connection, round-robin over those usable now: those of the known active node
    * first and, for an acquire, those without an earlier acquire of the same key outstanding
    * (the server answers those in order, so a try-lock would wait behind a long wait).
+   * A release or extend of a key with an acquire waiting is the exception (see inside).
    * Counted in place, without making the lists.
    */
   #pick(op: string, key: string): ManagedConnection | undefined {
@@ -373,6 +374,20 @@ export class Router {
         onlyFree = true;
         size = free;
       }
+    }
+    if (size > 1 && (op === "R" || op === "X")) {
+      // A release or extend of a key this client also waits for goes on the connection its
+      // next grant will come on (the one with the oldest acquire of it outstanding), so the
+      // server passes the key on in one write and the client reads both replies at once.
+      let best: ManagedConnection | undefined;
+      let oldest = Infinity;
+      for (let i = 0; i < all.length; i++) {
+        const c = all[i];
+        if (!c.up || (onlyActive && c.address.key !== active)) continue;
+        const sent = c.oldest("A", key);
+        if (sent < oldest) [best, oldest] = [c, sent];
+      }
+      if (best !== undefined) return best;
     }
     let index = this.#next++ % size;
     for (let i = 0; i < all.length; i++) {

@@ -741,6 +741,43 @@ Deno.test("LockClient does not let a try-lock wait behind its own long acquire o
   assert.ok(await rejection(long) instanceof LockTimeoutError);
 });
 
+Deno.test("LockClient sends a release of a key it waits for on the connection of its oldest waiter", async () => {
+  await using server = await FakeServer.start();
+  await using client = await readyClient(server.address);
+  const first = client.acquire("k", { lease: 10 });
+  await (await server.take("A k")).reply("A", "1");
+  let holder = await first;
+  // Two waiters of k, one per connection (the second avoids the first's connection).
+  const waiting = [client.acquire("k", { wait: 30 })];
+  const queued = [await server.take("A k")];
+  waiting.push(client.acquire("k", { wait: 30 }));
+  queued.push(await server.take("A k"));
+  assert.notEqual(queued[0].conn, queued[1].conn);
+  // Each release goes where the key's next grant comes: the oldest waiter's connection, so
+  // the server passes the key on in one write. Round-robin alone would send both releases
+  // the same way (an acquire is picked between them).
+  const releasedOn = [];
+  for (let i = 0; i < 2; i++) {
+    const releasing = holder.release();
+    const release = await server.take(`R k ${holder.token}`);
+    releasedOn.push(release.conn);
+    assert.equal(release.conn, queued[i].conn, `release ${i + 1} went with the oldest waiter`);
+    await release.reply("R");
+    await releasing;
+    await queued[i].reply("A", String(i + 2));
+    holder = await waiting[i];
+    if (i === 0) {
+      waiting.push(client.acquire("k", { wait: 30 }));
+      queued.push(await server.take("A k"));
+    }
+  }
+  assert.notEqual(releasedOn[0], releasedOn[1]);
+  server.handler = lockServer();
+  await queued[2].reply("T");
+  await rejection(waiting[2]);
+  await holder.release();
+});
+
 Deno.test("LockClient bounds an acquire with a wait even when its reply never comes", async () => {
   await using server = await FakeServer.start();
   await using client = await readyClient(server.address);

@@ -990,6 +990,8 @@ var Exchange = class {
   nextReceiver;
   /** @internal */
   lastReceiver;
+  /** @internal */
+  sentSeq = 0;
   /** The op (`A`, `R`, `X`, ...). */
   op;
   /** The key (or what stands for it in the echo). */
@@ -1061,9 +1063,11 @@ var ConnectionLost = class extends Error {
     this.name = "ConnectionLost";
   }
 };
+var sentSeq = 0;
 var PromiseReceiver = class {
   nextReceiver;
   lastReceiver;
+  sentSeq = 0;
   replied;
   lost;
   constructor(resolve, reject) {
@@ -1151,6 +1155,13 @@ var ManagedConnection = class {
       this.request(PROBE, "-", PROBE).then(() => resolve(true), () => resolve(false)).finally(cancel);
     });
   }
+  /**
+   * When the oldest request with this (op, key) outstanding here was sent (its `sentSeq`),
+   * or `Infinity` if there is none.
+   */
+  oldest(op, key) {
+    return this.#pending.get(op)?.get(key)?.sentSeq ?? Infinity;
+  }
   /** Whether a request with this (op, key) is outstanding here. */
   outstanding(op, key) {
     return this.#pending.get(op)?.has(key) ?? false;
@@ -1204,6 +1215,7 @@ var ManagedConnection = class {
     }
     let byKey = this.#pending.get(op);
     if (byKey === void 0) this.#pending.set(op, byKey = /* @__PURE__ */ new Map());
+    receiver.sentSeq = sentSeq++;
     receiver.nextReceiver = void 0;
     const first = byKey.get(key);
     if (first === void 0) {
@@ -1680,6 +1692,7 @@ var Router = class {
    * The next connection, round-robin over those usable now: those of the known active node
    * first and, for an acquire, those without an earlier acquire of the same key outstanding
    * (the server answers those in order, so a try-lock would wait behind a long wait).
+   * A release or extend of a key with an acquire waiting is the exception (see inside).
    * Counted in place, without making the lists.
    */
   #pick(op, key) {
@@ -1707,6 +1720,20 @@ var Router = class {
         onlyFree = true;
         size = free;
       }
+    }
+    if (size > 1 && (op === "R" || op === "X")) {
+      let best;
+      let oldest = Infinity;
+      for (let i = 0; i < all.length; i++) {
+        const c = all[i];
+        if (!c.up || onlyActive && c.address.key !== active) continue;
+        const sent = c.oldest("A", key);
+        if (sent < oldest) [best, oldest] = [
+          c,
+          sent
+        ];
+      }
+      if (best !== void 0) return best;
     }
     let index = this.#next++ % size;
     for (let i = 0; i < all.length; i++) {
