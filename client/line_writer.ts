@@ -19,6 +19,30 @@ export interface LineWriterEvents {
   written?(units: number): void;
   /** A write failed (the connection is gone); nothing more is written. */
   failed(error: unknown): void;
+  /**
+   * Whether {@linkcode LineWriter.busyFor} is asked (a peer link's stall check): only then
+   * does each write read the clock when it starts.
+   */
+  timed?: boolean;
+}
+
+/** Texts up to this many UTF-16 units are encoded in JavaScript when they are ASCII. */
+const SHORT_TEXT = 512;
+
+/**
+ * Writes `text` into `buf` if it is all ASCII and fits, returning the byte count, else -1:
+ * for the short batches of unpipelined replies this is cheaper than a call into the
+ * runtime's encoder.
+ */
+function asciiInto(text: string, buf: Uint8Array): number {
+  const n = text.length;
+  if (n > buf.length) return -1;
+  for (let i = 0; i < n; i++) {
+    const c = text.charCodeAt(i);
+    if (c > 0x7f) return -1;
+    buf[i] = c;
+  }
+  return n;
 }
 
 /**
@@ -70,7 +94,7 @@ export class LineWriter {
 
   /**
    * How long the write in flight has been going on, in ms (0 when none is): a long one means
-   * the other side does not read.
+   * the other side does not read. Needs the `timed` option.
    */
   busyFor(now: number): number {
     return this.#writing ? now - this.#writingSince : 0;
@@ -94,7 +118,7 @@ export class LineWriter {
     this.#out.length = 0;
     this.#outUnits = 0;
     this.#writing = true;
-    this.#writingSince = performance.now();
+    if (this.#events.timed) this.#writingSince = performance.now();
     this.#send(data, units);
   }
 
@@ -134,6 +158,11 @@ export class LineWriter {
   #encode(text: string): Uint8Array {
     if (text.length <= POOLED_BYTES) {
       const buf = pool.pop() ?? new Uint8Array(POOLED_BYTES);
+      const ascii = text.length <= SHORT_TEXT ? asciiInto(text, buf) : -1;
+      if (ascii >= 0) {
+        this.#lent = buf;
+        return buf.subarray(0, ascii);
+      }
       const { read, written } = encoder.encodeInto(text, buf);
       if (read === text.length) {
         this.#lent = buf;

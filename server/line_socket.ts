@@ -128,6 +128,7 @@ export class LineSocket implements UrgentOutput {
     this.#writer = new LineWriter((data) => conn.write(data), {
       written: () => this.#written(),
       failed: () => this.close(),
+      timed: options.urgent,
     });
     if (options.urgent) options.batch.link(this);
     this.#done = this.#readLoop();

@@ -341,9 +341,21 @@ Deno.test("LineWriter continues a partial write with the rest of the bytes", asy
 
 Deno.test("LineWriter encodes lines longer than its buffer and multi-byte text exactly", async () => {
   const { writes, writer } = writerHarness();
-  const batches = [["é".repeat(300)], ["x".repeat(20_000), "😀".repeat(10)], ["k"], [
-    "€".repeat(9000),
-  ]];
+  const batches = [
+    ["é".repeat(300)],
+    ["x".repeat(20_000), "😀".repeat(10)],
+    ["k"],
+    [
+      "€".repeat(9000),
+    ],
+    ["A k A 1"],
+    ["R k R", "ascii until the end é"],
+    ["y".repeat(511)],
+    ["z".repeat(600)],
+    [
+      "\u007f\u0080",
+    ],
+  ];
   for (const batch of batches) {
     for (const line of batch) writer.push(line);
     writer.flush();
@@ -351,6 +363,18 @@ Deno.test("LineWriter encodes lines longer than its buffer and multi-byte text e
   }
   assert.deepEqual(writes.calls, batches.map((batch) => batch.join("\n") + "\n"));
   assert.equal(writer.held, 0);
+});
+
+Deno.test("LineWriter times the write in flight only when asked to (timed)", async () => {
+  const writes = new FakeWrites();
+  const timed = new LineWriter(writes.write, { failed: () => {}, timed: true });
+  timed.push("H k 1 30");
+  const before = performance.now();
+  timed.flush();
+  assert.ok(timed.busyFor(before + 1_000) >= 999, "busy from the start of the write");
+  assert.ok(timed.busyFor(before + 1_000) <= 1_000 + (performance.now() - before));
+  await writes.complete();
+  assert.equal(timed.busyFor(performance.now() + 1_000), 0, "no write in flight");
 });
 
 Deno.test("LineWriter reports a failed write once and ignores later pushes", async () => {
