@@ -41,20 +41,26 @@ export interface AcceptorOptions {
 /** Where a first line leads: its handler, and whether the line was for the routing only. */
 type Route = { handler: LineHandler; consumed: boolean } | null;
 
+/** Where {@linkcode FirstLine} routes and reports (the acceptor). */
+interface Routing {
+  route(line: string, socket: LineSocket): Route;
+  gone(socket: LineSocket): void;
+}
+
 /** Routes the first line, then hands every line to the chosen handler. */
 class FirstLine implements LineHandler {
+  /** Its socket (set right after the socket is made with this as its handler). */
+  socket!: LineSocket;
   #target: LineHandler | undefined;
-  #route: (line: string) => Route;
-  #onClosed: () => void;
+  #routing: Routing;
 
-  constructor(route: (line: string) => Route, onClosed: () => void) {
-    this.#route = route;
-    this.#onClosed = onClosed;
+  constructor(routing: Routing) {
+    this.#routing = routing;
   }
 
   line(text: string): void {
     if (this.#target === undefined) {
-      const routed = this.#route(text);
+      const routed = this.#routing.route(text, this.socket);
       if (routed === null) return;
       this.#target = routed.handler;
       if (routed.consumed) return;
@@ -64,7 +70,7 @@ class FirstLine implements LineHandler {
 
   invalid(text: string): void {
     if (this.#target === undefined) {
-      const routed = this.#route("");
+      const routed = this.#routing.route("", this.socket);
       if (routed === null) return;
       this.#target = routed.handler;
     }
@@ -73,12 +79,12 @@ class FirstLine implements LineHandler {
 
   closed(): void {
     this.#target?.closed();
-    this.#onClosed();
+    this.#routing.gone(this.socket);
   }
 }
 
 /** Accepts connections on a listener until closed. */
-export class Acceptor {
+export class Acceptor implements Routing {
   #listener: Deno.Listener;
   #routes: AcceptRoutes;
   #options: AcceptorOptions;
@@ -172,28 +178,36 @@ export class Acceptor {
       // Not a TCP socket: nothing to tune.
     }
     const remote = remoteOf(conn);
-    const router: FirstLine = new FirstLine((line): Route => {
-      if (line.startsWith("PEER ") && this.#routes.peer !== undefined) {
-        this.#clients.delete(socket);
-        const handler = this.#routes.peer(line, socket);
-        if (handler === null) {
-          socket.close();
-          return null;
-        }
-        this.#peers.add(socket);
-        return { handler, consumed: true };
-      }
-      return { handler: this.#routes.client(socket), consumed: false };
-    }, () => {
-      this.#clients.delete(socket);
-      this.#peers.delete(socket);
-    });
-    const socket: LineSocket = new LineSocket(conn, remote, router, {
+    // One handler object per connection, no closures: idle connections stay small.
+    const router = new FirstLine(this);
+    const socket = new LineSocket(conn, remote, router, {
       batch: this.#options.batch,
       log: this.#options.log,
       replies: this.#options.replies,
     });
+    router.socket = socket;
     this.#clients.add(socket);
+  }
+
+  /** The first line of `socket` decides: a peer's handshake, or a client. @internal */
+  route(line: string, socket: LineSocket): Route {
+    if (line.startsWith("PEER ") && this.#routes.peer !== undefined) {
+      this.#clients.delete(socket);
+      const handler = this.#routes.peer(line, socket);
+      if (handler === null) {
+        socket.close();
+        return null;
+      }
+      this.#peers.add(socket);
+      return { handler, consumed: true };
+    }
+    return { handler: this.#routes.client(socket), consumed: false };
+  }
+
+  /** `socket` closed. @internal */
+  gone(socket: LineSocket): void {
+    this.#clients.delete(socket);
+    this.#peers.delete(socket);
   }
 }
 

@@ -13,7 +13,7 @@
 
 import { errorReply, LINE_TOO_LONG, MAX_LINE_BYTES } from "../client/codec.ts";
 import { LineReader, type LineSink } from "../client/line_reader.ts";
-import { LineWriter } from "../client/line_writer.ts";
+import { LineWriter, type LineWriterEvents } from "../client/line_writer.ts";
 import type { Batch, Flushable, UrgentOutput } from "./batch.ts";
 import type { Logger } from "./log.ts";
 
@@ -82,8 +82,13 @@ interface Held {
   position: number;
 }
 
-/** A line-oriented connection with batched, bounded output. */
-export class LineSocket implements UrgentOutput {
+/**
+ * A line-oriented connection with batched, bounded output. It is itself its reader's sink
+ * and its writer's listener (those methods are marked internal): an idle connection then
+ * costs a few objects, not a closure per callback (docs/server.md, "Connections and
+ * memory").
+ */
+export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
   /** The peer's address, as `host:port` (for logs). */
   readonly remote: string;
   #conn: ByteStream;
@@ -102,8 +107,9 @@ export class LineSocket implements UrgentOutput {
   #dropAt: number;
   #done: Promise<void>;
   #graceTimer: ReturnType<typeof setTimeout> | undefined;
-  #markClosed!: () => void;
-  #whenClosed = new Promise<void>((resolve) => this.#markClosed = resolve);
+  /** Made only once input is over and the socket is still closing (see the read loop). */
+  #markClosed: (() => void) | undefined;
+  #maxLineBytes: number;
 
   /**
    * Starts reading `conn` at once.
@@ -125,11 +131,8 @@ export class LineSocket implements UrgentOutput {
     this.#options = options;
     this.#pauseAt = options.pauseAt ?? 256 * 1024;
     this.#dropAt = options.dropAt ?? 4 * 1024 * 1024;
-    this.#writer = new LineWriter((data) => conn.write(data), {
-      written: () => this.#written(),
-      failed: () => this.close(),
-      timed: options.urgent,
-    });
+    this.#maxLineBytes = options.maxLineBytes ?? MAX_LINE_BYTES;
+    this.#writer = new LineWriter((data) => conn.write(data), this);
     if (options.urgent) options.batch.link(this);
     this.#done = this.#readLoop();
   }
@@ -228,7 +231,7 @@ export class LineSocket implements UrgentOutput {
     if (this.#options.urgent) this.#options.batch.unlink(this);
     clearTimeout(this.#graceTimer);
     this.#resume?.();
-    this.#markClosed();
+    this.#markClosed?.();
     try {
       this.#conn.close();
     } catch {
@@ -245,7 +248,40 @@ export class LineSocket implements UrgentOutput {
     });
   }
 
-  #written(): void {
+  /** A peer link's writes are timed (its stall check asks their age). @internal */
+  get timed(): boolean {
+    return this.#options.urgent === true;
+  }
+
+  /** A write failed: the connection is gone. @internal */
+  failed(): void {
+    this.close();
+  }
+
+  /** One input line, for the handler. @internal */
+  line(text: string): void {
+    this.#handler.line(text);
+  }
+
+  /** An input line that is not valid UTF-8, for the handler. @internal */
+  invalid(text: string): void {
+    this.#handler.invalid?.(text);
+  }
+
+  /** An input line over the limit: answered, then the connection closes. @internal */
+  tooLong(): void {
+    this.#drop(`a line over ${this.#maxLineBytes} bytes`, "line-too-long");
+    this.send(errorReply("-", "-", LINE_TOO_LONG));
+    this.closeAfterFlush();
+  }
+
+  /** Whether input lines are still handled. @internal */
+  accepting(): boolean {
+    return !this.#closing && !this.#closed;
+  }
+
+  /** A write finished. @internal */
+  written(): void {
     if (this.#options.urgent) this.#options.batch.drained();
     if (this.#closed) return;
     if (this.#closing && this.#writer.idle && this.#held.length === 0) this.close();
@@ -253,19 +289,11 @@ export class LineSocket implements UrgentOutput {
   }
 
   async #readLoop(): Promise<void> {
-    const maxLineBytes = this.#options.maxLineBytes ?? MAX_LINE_BYTES;
-    const sink: LineSink = {
-      line: (text) => this.#handler.line(text),
-      invalid: this.#handler.invalid && ((text) => this.#handler.invalid!(text)),
-      tooLong: () => {
-        this.#drop(`a line over ${maxLineBytes} bytes`, "line-too-long");
-        this.send(errorReply("-", "-", LINE_TOO_LONG));
-        this.closeAfterFlush();
-      },
-      accepting: () => !this.#closing && !this.#closed,
-    };
     // An idle connection keeps a 256-byte read buffer; a busy one grows it (docs/server.md).
-    const reader = new LineReader(sink, { maxLineBytes, initialBytes: IDLE_READ_BYTES });
+    const reader = new LineReader(this, {
+      maxLineBytes: this.#maxLineBytes,
+      initialBytes: IDLE_READ_BYTES,
+    });
     let reset = false;
     const log = this.#options.log;
     try {
@@ -309,6 +337,6 @@ export class LineSocket implements UrgentOutput {
     // The close may have started a session's grace: end a batch so its hooks re-arm the
     // timers (nothing else may arrive to do it).
     this.#options.batch.soon();
-    await this.#whenClosed;
+    if (!this.#closed) await new Promise<void>((resolve) => this.#markClosed = resolve);
   }
 }

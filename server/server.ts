@@ -222,13 +222,8 @@ export class LockServer {
       });
     } else settled("active");
     this.#acceptor = new Acceptor(listener, {
-      client: (socket) =>
-        new ClientSession(ctx, {
-          send: (line) => socket.send(line),
-          hold: (units) => socket.hold(units),
-          close: () => socket.closeAfterFlush(),
-          remote: socket.remote,
-        }),
+      // The socket is the session's reply sink itself (no wrapper per connection).
+      client: (socket) => new ClientSession(ctx, socket),
       peer: cluster === undefined ? undefined : (line, socket) => {
         const hello = decodePeer(line);
         const node = this.#cluster!;

@@ -38,7 +38,7 @@ export interface ReplySink {
   /** Queues one reply line (without `\n`). */
   send(line: string): void;
   /** Writes what is queued, then closes (a refused hello). Default: nothing. */
-  close?(): void;
+  closeAfterFlush?(): void;
   /** The peer's `host:port` (failed hellos are slowed down per host). */
   remote?: string;
   /**
@@ -352,7 +352,7 @@ export class ClientSession implements LineHandler {
     this.#count("auth");
     const answer = () => {
       this.#sink.send(reply);
-      this.#sink.close?.();
+      this.#sink.closeAfterFlush?.();
     };
     if (delayMs > 0 && this.#ctx.later !== undefined) this.#ctx.later(delayMs, answer);
     else answer();

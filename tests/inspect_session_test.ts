@@ -33,7 +33,7 @@ class FakeSink implements ReplySink {
   send(line: string): void {
     this.lines.push(line);
   }
-  close(): void {
+  closeAfterFlush(): void {
     this.closed = true;
   }
   take(): string[] {

@@ -36,7 +36,7 @@ class FakeSink implements ReplySink {
     assert.equal(this.closes, 0, `sent ${JSON.stringify(line)} after close`);
     this.lines.push(line);
   }
-  close(): void {
+  closeAfterFlush(): void {
     this.closes++;
   }
   hold(units: number): void {
