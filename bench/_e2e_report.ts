@@ -6,7 +6,7 @@
  */
 
 import type { Fairness } from "./_e2e_stats.ts";
-import type { Cell, Measurement, Variant } from "./_e2e_run.ts";
+import type { Cell, Measurement, RunSettings, Variant } from "./_e2e_run.ts";
 import { int, median, num } from "./_stats.ts";
 
 /** The figures of one variant in one cell: medians of its runs. */
@@ -46,16 +46,8 @@ export interface Context {
   /** Lowest and highest 1-minute load average just before a recorded window. */
   loadavgRange: [number, number];
   elapsedS: number;
-  settings: {
-    runs: number;
-    warmup: number;
-    duration: number;
-    leaseMs: number;
-    waitMs: number;
-    pollMs: number;
-    redlockRetryMs: number;
-    cpus: [number, number];
-  };
+  /** The run's settings, and how many runs each figure is the median of. */
+  settings: Omit<RunSettings, "ticksPerSecond"> & { runs: number };
   anomalies: string[];
 }
 

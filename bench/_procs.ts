@@ -25,6 +25,19 @@ export async function commandOutput(cmd: string, args: string[]): Promise<string
   }
 }
 
+/**
+ * The commit of the checkout at `root`, and whether what is measured (the server, the client,
+ * `mod.ts`, `deno.json`) has uncommitted changes: "abc1234" or "abc1234 with uncommitted
+ * changes to the server or client"; "unknown" outside git.
+ */
+export async function gitState(root: string): Promise<string> {
+  const head = await commandOutput("git", ["-C", root, "rev-parse", "--short", "HEAD"]);
+  if (head === undefined) return "unknown";
+  const paths = ["server", "client", "mod.ts", "deno.json"];
+  const dirty = await commandOutput("git", ["-C", root, "status", "--porcelain", "--", ...paths]);
+  return `${head}${dirty ? " with uncommitted changes to the server or client" : ""}`;
+}
+
 /** Yields the lines of a byte stream. */
 async function* lines(stream: ReadableStream<Uint8Array>): AsyncGenerator<string> {
   let rest = "";

@@ -36,7 +36,7 @@ import {
 } from "./_e2e_run.ts";
 import { etcdVersion, hasTaskset, redisVersion } from "./_e2e_servers.ts";
 import { sources } from "./_e2e_snapshot.ts";
-import { commandOutput, ticksPerSecond } from "./_procs.ts";
+import { gitState, ticksPerSecond } from "./_procs.ts";
 import { int, num } from "./_stats.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
@@ -217,22 +217,6 @@ async function available(options: Options, notes: string[]): Promise<Record<stri
   return versions;
 }
 
-async function gitState(): Promise<string> {
-  const head = await commandOutput("git", ["-C", ROOT, "rev-parse", "--short", "HEAD"]);
-  const dirty = await commandOutput("git", [
-    "-C",
-    ROOT,
-    "status",
-    "--porcelain",
-    "--",
-    "server",
-    "client",
-    "mod.ts",
-  ]);
-  if (head === undefined) return "an unknown commit";
-  return `${head}${dirty ? " with uncommitted changes to the server or client" : ""}`;
-}
-
 async function main(args: string[]): Promise<number> {
   const options = parse(args, await ticksPerSecond());
   if (options === undefined) return 0;
@@ -240,7 +224,7 @@ async function main(args: string[]): Promise<number> {
   const notes: string[] = [];
   // The code measured is fixed here: edits to the checkout from now on do not count.
   const snapshot = await sources();
-  const git = await gitState();
+  const git = await gitState(ROOT);
   const versions = await available(options, notes);
   for (const n of notes) console.error(`!! ${n}`);
   const { cells, variants } = options;

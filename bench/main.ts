@@ -21,7 +21,7 @@
 
 import { parseArgs } from "node:util";
 import { Bench, type Json, type Kind, type Options } from "./_bench.ts";
-import { commandOutput, ticksPerSecond } from "./_procs.ts";
+import { commandOutput, gitState, ticksPerSecond } from "./_procs.ts";
 import { markdown, type Results, targets } from "./_report.ts";
 import { scenarioCluster } from "./cluster.ts";
 import { scenarioConnections } from "./connections.ts";
@@ -109,19 +109,6 @@ function parseOptions(args: string[]): Options | undefined {
 async function machineInfo(): Promise<Json> {
   const cpuinfo = await Deno.readTextFile("/proc/cpuinfo").catch(() => "");
   const redis = await commandOutput("redis-server", ["--version"]);
-  const head = await commandOutput("git", ["-C", ROOT, "rev-parse", "--short", "HEAD"]);
-  // Only changes that alter what is measured: the server, the client code it uses, the config.
-  const dirty = await commandOutput("git", [
-    "-C",
-    ROOT,
-    "status",
-    "--porcelain",
-    "--",
-    "server",
-    "client",
-    "mod.ts",
-    "deno.json",
-  ]);
   return {
     date: new Date().toISOString(),
     nproc: navigator.hardwareConcurrency,
@@ -132,9 +119,7 @@ async function machineInfo(): Promise<Json> {
     v8: Deno.version.v8,
     redis: redis === undefined ? null : /v=(\S+)/.exec(redis)?.[1] ?? redis,
     cc: (await commandOutput("cc", ["--version"]))?.split("\n")[0] ?? null,
-    git: head === undefined
-      ? "unknown"
-      : `${head}${dirty ? " with uncommitted changes to the server or client" : ""}`,
+    git: await gitState(ROOT),
     // Other work on the machine skews every figure: the 1-minute load average before starting.
     loadavg_at_start: Number((await Deno.readTextFile("/proc/loadavg")).split(" ")[0]),
   };

@@ -2,7 +2,8 @@
  * Tests of the end-to-end benchmark's pure parts (`deno task bench:clients`, issue 14): the
  * latency histogram, the fairness figures, the workload loops against an in-memory lock, the
  * merging of workers' results, the medians and targets of the report, its markdown, and the
- * SVG charts. No server, no process: the harness's live path has tests/bench_smoke_test.ts.
+ * SVG charts. No server, no process: the live path (servers, workers, /proc) runs only in
+ * `deno task bench:clients` itself.
  */
 
 import assert from "node:assert/strict";
