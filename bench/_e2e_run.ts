@@ -165,7 +165,14 @@ async function makeLauncher(name: RuntimeName): Promise<Launcher | undefined> {
     return {
       binary: runtime.binary,
       version: runtime.version,
-      args: (config) => ["run", "-A", "--quiet", worker, JSON.stringify(config)],
+      args: (config) => [
+        "run",
+        "-A",
+        "--quiet",
+        `--lock=${root}bench/deno.lock`,
+        worker,
+        JSON.stringify(config),
+      ],
       adapter: ts,
       nodeTcp,
     };

@@ -1,6 +1,6 @@
 /**
  * The code one end-to-end run measures, fixed when it starts: a copy of the package's client,
- * server, `mod.ts`, `deno.json`, `deno.lock` and the benchmark's worker files in a temporary
+ * server, `mod.ts`, `deno.json`, `bench/deno.lock` and the benchmark's worker files in a temporary
  * directory, so that edits made to the checkout during a run (other people optimizing the
  * client or server) do not mix into it. Deno and Bun run the copy as it is; Node.js runs a
  * bundle of it (`deno bundle --platform node`, the npm packages left out and imported by
@@ -84,7 +84,7 @@ export function sources(): Promise<Snapshot> {
     const server = filesUnder("server");
     const files = [
       "deno.json",
-      "deno.lock",
+      "bench/deno.lock",
       ...client,
       ...server,
       ...BENCH_FILES.map((f) => `bench/${f}`),
@@ -138,7 +138,7 @@ export function nodeBundle(): Promise<string> {
     const npmUsers = ["_e2e_redlock.ts", "_e2e_semaphore.ts", "_e2e_etcd.ts"];
     const entries = ["e2e_worker.ts", "_e2e_lockd.ts", ...npmUsers];
     await Deno.writeTextFile(`${dir}/package.json`, JSON.stringify({ type: "module" }) + "\n");
-    await Deno.copyFile(`${root}deno.lock`, `${dir}/deno.lock`);
+    await Deno.copyFile(`${root}bench/deno.lock`, `${dir}/deno.lock`);
     await Deno.writeTextFile(`${dir}/deno.json`, JSON.stringify({ nodeModulesDir: "auto" }) + "\n");
     await deno([
       "install",
@@ -151,6 +151,7 @@ export function nodeBundle(): Promise<string> {
     await deno([
       "bundle",
       "--quiet",
+      "--lock=bench/deno.lock",
       "--platform",
       "node",
       "--external",
