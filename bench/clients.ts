@@ -221,6 +221,8 @@ async function main(args: string[]): Promise<number> {
   const options = parse(args, await ticksPerSecond());
   if (options === undefined) return 0;
   const started = performance.now();
+  // The report is dated when the run began, as `deno task bench`'s is.
+  const startedAt = new Date().toISOString();
   const notes: string[] = [];
   // The code measured is fixed here: edits to the checkout from now on do not count.
   const snapshot = await sources();
@@ -274,7 +276,7 @@ async function main(args: string[]): Promise<number> {
   const command = `deno task bench:clients ${args.join(" ")}`.trim();
   const ctx: Context = {
     command,
-    date: new Date().toISOString(),
+    date: startedAt,
     cpu: /^model name\s*:\s*(.*)$/m.exec(cpuinfo)?.[1] ?? "unknown CPU",
     cores: navigator.hardwareConcurrency,
     kernel: Deno.osRelease(),
