@@ -1,5 +1,5 @@
 /**
- * What a node counts (docs/protocol.md, "Inspection"; SPEC §8): grants, releases, extends,
+ * What a node counts (docs/protocol.md, "Inspection"; docs/deploy.md): grants, releases, extends,
  * expirations and timeouts (counted by the lock table into {@linkcode Metrics.counts}),
  * rejections by reason, failovers and handoffs, a latency histogram of the requests answered
  * at once, and grants per second over the last 300 s. Pure: both clocks are injected. The hot
