@@ -96,6 +96,11 @@ export class Ticket implements OrderedReply {
   constructor(readonly session: ClientSession, readonly key: string) {}
 }
 
+/** Sends a queued acquire's reply once it is in order: one function for every session. */
+function sendDecided(entry: Ticket): void {
+  entry.session.sendInOrder(entry);
+}
+
 /** The lock table hooks that route outcomes of queued acquires back to their sessions. */
 export const ticketHooks: LockTableHooks<Ticket> = {
   granted(ticket, key, token) {
@@ -122,13 +127,17 @@ export class ClientSession implements LineHandler {
   /** The connection was refused (auth): it answers nothing more and closes. */
   #refused = false;
   /** Owner ids of this connection's grants (unbound, bound), valid for one owners epoch. */
-  #owner = { epoch: -1, unbound: 0, bound: 0 };
+  #ownerEpoch = -1;
+  #ownerUnbound = 0;
+  #ownerBound = 0;
   /** Replies decided at once so far (a timed request is observed if it was). */
   #answered = 0;
-  #send = (entry: Ticket) => {
+
+  /** Sends a decided reply that is now in order (see {@linkcode sendDecided}). @internal */
+  sendInOrder(entry: Ticket): void {
     this.#sink.hold?.(-(entry.reply!.length + 1));
     this.#sink.send(entry.reply!);
-  };
+  }
 
   /** @param ctx Shared server state. @param sink Where replies go. */
   constructor(ctx: SessionContext, sink: ReplySink) {
@@ -297,7 +306,7 @@ export class ClientSession implements LineHandler {
     ticket.reply = reply;
     if (!this.#order.has(ticket.key)) return;
     this.#sink.hold?.(reply.length + 1);
-    this.#order.drain(ticket.key, this.#send);
+    this.#order.drain(ticket.key, sendDecided);
   }
 
   /**
@@ -363,17 +372,16 @@ export class ClientSession implements LineHandler {
     const identity = this.#identity;
     const owners = this.#ctx.owners;
     if (identity === undefined || owners === undefined) return 0;
-    const cached = this.#owner;
-    if (cached.epoch !== owners.epoch) {
-      cached.epoch = owners.epoch;
-      cached.unbound = cached.bound = 0;
+    if (this.#ownerEpoch !== owners.epoch) {
+      this.#ownerEpoch = owners.epoch;
+      this.#ownerUnbound = this.#ownerBound = 0;
     }
     if (bound) {
-      cached.bound ||= owners.intern(identity.name, identity.session, true).id;
-      return cached.bound;
+      this.#ownerBound ||= owners.intern(identity.name, identity.session, true).id;
+      return this.#ownerBound;
     }
-    cached.unbound ||= owners.intern(identity.name, identity.session, false).id;
-    return cached.unbound;
+    this.#ownerUnbound ||= owners.intern(identity.name, identity.session, false).id;
+    return this.#ownerUnbound;
   }
 
   #reject(error: RequestError): void {

@@ -145,7 +145,9 @@ Deno.test("Workload on own keys counts completed cycles and their latencies", as
   );
   assert.ok(result.cycles > 0, "some cycles");
   assert.equal(result.cycle.count, result.cycles);
-  assert.ok(result.acquire.count >= result.cycles);
+  // A cycle whose grant came just before the window opened still counts when its release
+  // completes inside it: at most one such cycle per task.
+  assert.ok(result.acquire.count + 8 >= result.cycles, `${result.acquire.count} ${result.cycles}`);
   assert.equal(result.timeouts, 0);
   assert.equal(result.errors, 0);
   assert.ok(result.seconds > 0.05 && result.seconds < 1);
