@@ -13,6 +13,8 @@
  * @module
  */
 
+import { answer } from "./floor_server.ts";
+
 const libc = Deno.dlopen("libc.so.6", {
   socket: { parameters: ["i32", "i32", "i32"], result: "i32" },
   setsockopt: { parameters: ["i32", "i32", "i32", "buffer", "u32"], result: "i32" },
@@ -59,43 +61,6 @@ const events = new Uint8Array(12 * MAX);
 const ed = new DataView(events.buffer);
 const READ_SIZE = 16 * 1024;
 const buf = new Uint8Array(READ_SIZE), out = new Uint8Array(12 * READ_SIZE);
-const GRANTED = new TextEncoder().encode(" A "), RELEASED = new TextEncoder().encode(" R\n");
-let tokens = 0;
-function writeDecimal(o: Uint8Array, at: number, n: number) {
-  let d = 1;
-  for (let x = n; x >= 10; x = Math.floor(x / 10)) d++;
-  for (let i = at + d - 1; i >= at; i--) {
-    o[i] = 48 + (n % 10);
-    n = Math.floor(n / 10);
-  }
-  return d;
-}
-function answer(input: Uint8Array, o: Uint8Array): number {
-  let at = 0, start = 0;
-  for (;;) {
-    const nl = input.indexOf(10, start);
-    if (nl < 0) return at;
-    let end = nl;
-    if (end > start && input[end - 1] === 13) end--;
-    const keyEnd = end > start + 2 ? input.indexOf(32, start + 2) : -1;
-    const fieldEnd = keyEnd < 0 || keyEnd > end ? end : keyEnd;
-    const op = input[start];
-    if (end > start && (op === 65 || op === 82)) {
-      o.set(input.subarray(start, fieldEnd), at);
-      at += fieldEnd - start;
-      if (op === 65) {
-        o.set(GRANTED, at);
-        at += 3;
-        at += writeDecimal(o, at, ++tokens);
-        o[at++] = 10;
-      } else {
-        o.set(RELEASED, at);
-        at += 3;
-      }
-    }
-    start = nl + 1;
-  }
-}
 function handle(n: number) {
   for (let i = 0; i < n; i++) {
     const fd = ed.getUint32(12 * i + 4, true);

@@ -22,7 +22,7 @@ const RELEASED = new TextEncoder().encode(" R\n");
 let tokens = 0;
 
 /** Writes the replies to the complete lines of `input` into `out`; returns their length. */
-function answer(input: Uint8Array, out: Uint8Array): number {
+export function answer(input: Uint8Array, out: Uint8Array): number {
   let at = 0, start = 0;
   for (;;) {
     const nl = input.indexOf(NEWLINE, start);
