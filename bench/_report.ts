@@ -240,6 +240,14 @@ export function table(results: Results): string[] {
       num(idle.redisKeptAfterClose / 1e6),
       ratio(idle.lockdKeptAfterClose, idle.redisKeptAfterClose),
     );
+    const seconds = (s: number) => Number.isFinite(s) ? num(s) : "never (window over)";
+    row(
+      name,
+      "seconds after closing until at most 30 % is kept; MB kept then",
+      cell(seconds(idle.lockdGivenBackS), num(idle.lockdKeptAfterGivingBack / 1e6)),
+      cell(seconds(idle.redisGivenBackS), num(idle.redisKeptAfterGivingBack / 1e6)),
+      ratio(idle.lockdGivenBackS, idle.redisGivenBackS),
+    );
   }
   const l = results.leases;
   if (l) {

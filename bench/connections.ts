@@ -2,8 +2,10 @@
  * Scenario 6: memory per idle connection, and whether it is given back. The bench process
  * opens `--connections` connections to a fresh server, sends one request on each (lockd:
  * `R idle:<i> 1`, answered `N`; Redis: `PING`) so every connection is accepted and set up,
- * and leaves them idle; the server's RSS is read before, with every connection open, and
- * a few seconds after they all closed.
+ * and leaves them idle; the server's RSS is read before, with every connection open, 3 s
+ * after they all closed, and then every half second until the server has given back most of
+ * what the connections took (or {@linkcode GIVE_BACK_WINDOW_MS} passed): a runtime may keep
+ * freed memory for a while before it returns it (V8's memory reducer, jemalloc's purging).
  *
  * @module
  */
@@ -20,10 +22,23 @@ export interface ConnectionsFigure {
   /** Medians, bytes of server RSS per open idle connection. */
   lockdPerConnection: number;
   redisPerConnection: number;
-  /** Medians, bytes of RSS still held after every connection closed (over the baseline). */
+  /** Medians, bytes of RSS still held 3 s after every connection closed (over the baseline). */
   lockdKeptAfterClose: number;
   redisKeptAfterClose: number;
+  /**
+   * Medians, seconds from the close until the server held at most 30 % of what the open
+   * connections took (`Infinity`: not within the window), and the bytes it held then.
+   */
+  lockdGivenBackS: number;
+  redisGivenBackS: number;
+  lockdKeptAfterGivingBack: number;
+  redisKeptAfterGivingBack: number;
 }
+
+/** How long after the close the given-back memory is watched for, ms. */
+export const GIVE_BACK_WINDOW_MS = 45_000;
+/** Memory counts as given back when at most this share of the open connections' is kept. */
+const GIVEN_BACK_SHARE = 0.3;
 
 const encoder = new TextEncoder();
 
@@ -58,8 +73,21 @@ async function measure(server: ServerProcess, kind: string, count: number): Prom
   await sleep(1000);
   const open = rssBytes(server.pid);
   for (const conn of conns) conn.close();
+  const closed = performance.now();
   await sleep(3000);
   const after = rssBytes(server.pid);
+  let kept = after - before;
+  let givenBackS: number | null = null;
+  for (;;) {
+    const at = performance.now() - closed;
+    if (kept <= GIVEN_BACK_SHARE * (open - before)) {
+      givenBackS = at / 1000;
+      break;
+    }
+    if (at >= GIVE_BACK_WINDOW_MS) break;
+    await sleep(500);
+    kept = rssBytes(server.pid) - before;
+  }
   return {
     connections: count,
     rss_before: before,
@@ -67,6 +95,9 @@ async function measure(server: ServerProcess, kind: string, count: number): Prom
     rss_after_close: after,
     bytes_per_connection: (open - before) / count,
     kept_after_close: after - before,
+    // null: still more than GIVEN_BACK_SHARE of it held at the end of the window.
+    given_back_s: givenBackS,
+    kept_after_giving_back: kept,
   };
 }
 
@@ -83,11 +114,16 @@ export async function scenarioConnections(
       runs[kind].push(result);
       progress(
         `${what}: ${num(Number(result.bytes_per_connection))} bytes per connection, ` +
-          `${num(Number(result.kept_after_close) / 1e6)} MB kept after closing`,
+          `${num(Number(result.kept_after_close) / 1e6)} MB kept 3 s after closing, ` +
+          (result.given_back_s === null
+            ? `most of it still kept after ${GIVE_BACK_WINDOW_MS / 1000} s`
+            : `${num(Number(result.kept_after_giving_back) / 1e6)} MB after ` +
+              `${num(Number(result.given_back_s))} s`),
       );
     }
   }
-  const pick = (rs: Json[], field: string) => median(rs.map((r) => Number(r[field])));
+  const pick = (rs: Json[], field: string) =>
+    median(rs.map((r) => r[field] === null ? Infinity : Number(r[field])));
   return {
     connections: count,
     runs,
@@ -95,5 +131,9 @@ export async function scenarioConnections(
     redisPerConnection: pick(runs.redis, "bytes_per_connection"),
     lockdKeptAfterClose: pick(runs.lockd, "kept_after_close"),
     redisKeptAfterClose: pick(runs.redis, "kept_after_close"),
+    lockdGivenBackS: pick(runs.lockd, "given_back_s"),
+    redisGivenBackS: pick(runs.redis, "given_back_s"),
+    lockdKeptAfterGivingBack: pick(runs.lockd, "kept_after_giving_back"),
+    redisKeptAfterGivingBack: pick(runs.redis, "kept_after_giving_back"),
   };
 }

@@ -457,6 +457,8 @@ export class LockClient implements AsyncDisposable {
       await new Promise<void>((resolve) => this.#drained = resolve);
       this.#drained = undefined;
     }
+    // Connections that had acquires queued: their late grants are released first.
+    await Promise.all(this.#router.connections.map((c) => c.shut));
     await Promise.allSettled([...this.#background]);
   }
 

@@ -9,6 +9,7 @@
  */
 
 import type { Address } from "./address.ts";
+import { CloseDrain } from "./close_drain.ts";
 import { parseReply, PROBE, type Reply } from "./codec.ts";
 import { after, Alarm, type CancelTimer, timers } from "./timer.ts";
 import type { Connect, Transport } from "./transport.ts";
@@ -116,6 +117,8 @@ export class ManagedConnection {
   /** When the watch last saw a sign of life (an upper bound of the last one), ms. */
   #lastHeard = 0;
   #watchAlarm = new Alarm(() => this.#watchTick());
+  /** The half-close of the last transport, when the client closed with acquires queued. */
+  #drain: CloseDrain | undefined;
   /** The one request whose round trip is being measured, and when it was sent. */
   #timed: Receiver | undefined;
   #timedAt = 0;
@@ -125,6 +128,14 @@ export class ManagedConnection {
     this.address = address;
     this.#options = options;
     options.closed.addEventListener("abort", () => this.#shutdown(), { once: true });
+  }
+
+  /**
+   * Resolves once the connection is shut for good after the client closed: at once, or when
+   * a connection that had acquires queued was drained and its late grants released.
+   */
+  get shut(): Promise<void> {
+    return this.#drain?.done ?? Promise.resolve();
   }
 
   /** Whether requests can be sent now. */
@@ -270,10 +281,12 @@ export class ManagedConnection {
     let dead = false;
     try {
       transport = await this.#options.connect(this.address, {
-        line: (text) => this.#reply(text),
+        line: (text) => this.#drain === undefined ? this.#reply(text) : this.#drain.line(text),
         closed: () => {
           dead = true;
-          if (transport !== undefined) this.#lost(transport);
+          if (transport === undefined) return;
+          if (this.#drain !== undefined) this.#drain.closed(transport);
+          else this.#lost(transport);
         },
       }, attempt.signal);
       if (this.#options.closed.aborted || dead) {
@@ -430,6 +443,19 @@ export class ManagedConnection {
     const transport = this.#transport;
     this.#transport = undefined;
     this.#ready = false;
+    const queued = (this.#pending.get("A")?.size ?? 0) > 0;
+    if (transport !== undefined && queued && transport.end !== undefined) {
+      // Acquires queued on the server: a grant it makes before it reads the close must be
+      // seen. The requests fail once the drain is over, as the client's close() ends.
+      const { connect, hello } = this.#options;
+      this.#drain = new CloseDrain(transport, {
+        address: this.address,
+        connect,
+        hello: hello?.line,
+        ended: () => this.#failAll("client closed"),
+      });
+      return;
+    }
     transport?.close();
     this.#failAll("client closed");
   }

@@ -32,6 +32,7 @@ export interface NodeSocket {
   ref(): unknown;
   unref(): unknown;
   destroy(error?: Error): unknown;
+  end(): unknown;
 }
 
 interface NodeNet {
@@ -227,6 +228,17 @@ class NodeTcpTransport implements Transport {
     }
     // Node emits 'close' after destroy(); end here too, in case a runtime does not.
     this.#end();
+  }
+
+  end(): void {
+    if (this.#closed) return;
+    this.#writer.discard();
+    try {
+      this.#socket.end();
+    } catch {
+      // Gone already: close at once.
+      this.close();
+    }
   }
 
   /** The socket is gone (an error, the peer, or us): tell the client once. */

@@ -21,6 +21,7 @@ interface TcpConn {
   read(buffer: Uint8Array): Promise<number | null>;
   write(data: Uint8Array): Promise<number>;
   close(): void;
+  closeWrite?(): Promise<void>;
   setNoDelay?(noDelay?: boolean): void;
   ref?(): void;
   unref?(): void;
@@ -129,6 +130,13 @@ class TcpTransport implements Transport {
     } catch {
       // Already closed.
     }
+  }
+
+  end(): void {
+    if (this.#closed) return;
+    this.#writer.discard();
+    if (this.#conn.closeWrite === undefined) this.close();
+    else this.#conn.closeWrite().catch(() => this.close());
   }
 
   async #read(): Promise<void> {

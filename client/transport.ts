@@ -32,6 +32,14 @@ export interface Transport {
   /** Closes the connection; `closed` is then called on its handlers. */
   close(): void;
   /**
+   * Stops sending but keeps receiving (a TCP half-close): the server then drops the
+   * connection's queued acquires, writes the replies it owes and closes, and `closed`
+   * follows. The client ends a connection this way when it closes with acquires queued, so
+   * that a grant made just before is still seen and released. Optional: without it such a
+   * connection is closed at once.
+   */
+  end?(): void;
+  /**
    * Whether the connection may keep the process alive (the socket's `ref()` and `unref()`
    * in Deno, Node.js and Bun). The client calls it with `true` while requests are
    * outstanding on the connection and `false` once none is, so an idle client never keeps

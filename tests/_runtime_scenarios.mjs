@@ -34,6 +34,11 @@ async function outcome(promise) {
   }
 }
 
+/** Resolves after `ms`. */
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
 /** The next line on stdin (the test's go-ahead). */
 function nextLine() {
   const stdin = globalThis.process.stdin;
@@ -133,6 +138,15 @@ const scenarios = {
         ? await usingModule.scoped(client, LockClient, address, prefix)
         : await disposedByHand(client, address, prefix),
     );
+    // close() with an acquire queued ends once lockd dropped it: nothing waits there after.
+    const blocker = await client.acquire(`${prefix}:c`, { lease: 30 });
+    const other = new LockClient(address);
+    const queued = outcome(other.acquire(`${prefix}:c`, { lease: 30, wait: 10 }));
+    while ((await client.inspect(`${prefix}:c`)).waiters === 0) await sleep(10);
+    await other.close();
+    r.queuedOnClose = await queued;
+    r.waitersAfterClose = (await client.inspect(`${prefix}:c`)).waiters;
+    await blocker.release();
     await client.close();
     emit({ result: r });
   },

@@ -331,13 +331,9 @@ browserTest("browser closing a page frees its lock and its queued acquire", asyn
     assert.ok(await stillPending(queued, "close:k"));
     assert.equal((await raw.request("I close:k"))?.split(" ")[5], "1", "the page's acquire queued");
     await queued.close();
-    // The bridge drops the queued acquire from lockd once it notices the page left. Until
-    // then a release could grant it the key in the same instant its client closes, and a grant
-    // that never reaches a client is held until its lease, like one of a crashed client.
-    await waitFor(
-      async () => (await raw.request("I close:k"))?.split(" ")[5] === "0",
-      "lockd to drop the closed page's queued acquire",
-    );
+    // The bridge may notice this close at about the moment the release below reaches lockd,
+    // which may then grant the key to the closing page's acquire: the bridge's client, which
+    // half-closes a connection with acquires queued, still sees that grant and releases it.
     started = Date.now();
     await waiter.close();
     tokenOf(await raw.request("A close:k 30 5", 6000), "close:k");

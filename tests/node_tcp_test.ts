@@ -67,6 +67,11 @@ class FakeSocket implements NodeSocket {
     this.destroyed++;
     return this;
   }
+  ended = 0;
+  end(): this {
+    this.ended++;
+    return this;
+  }
   /** Completes the oldest write in flight. */
   complete(error?: Error): void {
     this.callbacks.shift()!(error ?? null);
@@ -175,6 +180,28 @@ Deno.test("node_tcp: an error or the peer's close ends it once; nothing is writt
   transport.send("A b 30 0");
   await turn();
   assert.equal(socket.writes.length, 1, "nothing is written after the end");
+});
+
+Deno.test("node_tcp: end() half-closes: nothing more is sent, lines still arrive", async () => {
+  const socket = new FakeSocket();
+  const { transport, lines, closed } = transportOn(socket);
+  transport.send("A k 30 5");
+  await turn();
+  socket.complete();
+  transport.send("R other 1"); // Queued in the same turn as the end: never sent.
+  transport.end!();
+  await turn();
+  assert.equal(socket.ended, 1);
+  assert.equal(socket.destroyed, 0, "the socket stays open for reading");
+  assert.deepEqual(socket.writes, ["A k 30 5\n"]);
+  transport.send("A late 30 0");
+  await turn();
+  assert.equal(socket.writes.length, 1, "nothing is written after end()");
+  socket.emit("data", new TextEncoder().encode("A k A 9\n"));
+  assert.deepEqual(lines, ["A k A 9"]);
+  assert.equal(closed(), 0);
+  socket.emit("close");
+  assert.equal(closed(), 1, "the server's close ends it");
 });
 
 Deno.test("node_tcp: connectNodeTcp honours an aborted signal and a refused port", async () => {

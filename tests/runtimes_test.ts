@@ -127,6 +127,8 @@ Deno.test("every runtime: acquire, extend, release, contention, wait limit, abor
           heldInBlock: true,
           freeAfterBlock: true,
           freeAfterClientBlock: true,
+          queuedOnClose: "LockError",
+          waitersAfterClose: 0,
           waitMs: undefined,
           abortMs: undefined,
           ms: undefined,

@@ -1054,6 +1054,66 @@ var PromiseExchange = class extends Exchange {
   }
 };
 
+// client/close_drain.ts
+var CLOSE_DRAIN_MS = 1e3;
+var CloseDrain = class {
+  /** Resolves once the server closed the connection (or the bound passed) and late grants
+   * were released. Never rejects. */
+  done;
+  #transport;
+  #grants = [];
+  #ended;
+  #cancel;
+  /** Half-closes `transport` (it must have `end`). */
+  constructor(transport, options) {
+    this.#transport = transport;
+    const ended = new Promise((resolve) => this.#ended = resolve).then(options.ended);
+    this.#cancel = after(CLOSE_DRAIN_MS, () => this.closed(transport));
+    transport.ref?.(true);
+    transport.end();
+    this.done = ended.then(() => this.#grants.length > 0 ? releaseLate(this.#grants, options) : void 0).catch(() => {
+    });
+  }
+  /** A line received on the draining connection: a grant is kept to be released. */
+  line(text) {
+    const reply = parseReply(text);
+    if (reply?.op === "A" && reply.status === "A" && reply.token !== void 0) {
+      this.#grants.push({
+        key: reply.key,
+        token: reply.token
+      });
+    }
+  }
+  /** `transport` closed (or the bound passed): the drain is over. */
+  closed(transport) {
+    if (transport !== this.#transport) return;
+    this.#cancel();
+    transport.close();
+    this.#ended();
+  }
+};
+async function releaseLate(grants, options) {
+  let left = grants.length;
+  let finish;
+  const finished = new Promise((resolve) => finish = resolve);
+  const cancel = after(CLOSE_DRAIN_MS, () => finish());
+  try {
+    const transport = await options.connect(options.address, {
+      line: (text) => {
+        if (parseReply(text)?.op === "R" && --left === 0) finish();
+      },
+      closed: () => finish()
+    }, AbortSignal.timeout(CLOSE_DRAIN_MS));
+    if (options.hello !== void 0) transport.send(options.hello);
+    for (const { key, token } of grants) transport.send(releaseLine(key, token));
+    transport.ref?.(true);
+    await finished;
+    transport.close();
+  } finally {
+    cancel();
+  }
+}
+
 // client/managed_connection.ts
 var LOOK_SLACK_MS = 1;
 var ConnectionLost = class extends Error {
@@ -1106,6 +1166,8 @@ var ManagedConnection = class {
   /** When the watch last saw a sign of life (an upper bound of the last one), ms. */
   #lastHeard = 0;
   #watchAlarm = new Alarm(() => this.#watchTick());
+  /** The half-close of the last transport, when the client closed with acquires queued. */
+  #drain;
   /** The one request whose round trip is being measured, and when it was sent. */
   #timed;
   #timedAt = 0;
@@ -1116,6 +1178,13 @@ var ManagedConnection = class {
     options.closed.addEventListener("abort", () => this.#shutdown(), {
       once: true
     });
+  }
+  /**
+   * Resolves once the connection is shut for good after the client closed: at once, or when
+   * a connection that had acquires queued was drained and its late grants released.
+   */
+  get shut() {
+    return this.#drain?.done ?? Promise.resolve();
   }
   /** Whether requests can be sent now. */
   get up() {
@@ -1240,10 +1309,12 @@ var ManagedConnection = class {
     let dead = false;
     try {
       transport = await this.#options.connect(this.address, {
-        line: (text) => this.#reply(text),
+        line: (text) => this.#drain === void 0 ? this.#reply(text) : this.#drain.line(text),
         closed: () => {
           dead = true;
-          if (transport !== void 0) this.#lost(transport);
+          if (transport === void 0) return;
+          if (this.#drain !== void 0) this.#drain.closed(transport);
+          else this.#lost(transport);
         }
       }, attempt.signal);
       if (this.#options.closed.aborted || dead) {
@@ -1382,6 +1453,17 @@ var ManagedConnection = class {
     const transport = this.#transport;
     this.#transport = void 0;
     this.#ready = false;
+    const queued = (this.#pending.get("A")?.size ?? 0) > 0;
+    if (transport !== void 0 && queued && transport.end !== void 0) {
+      const { connect, hello } = this.#options;
+      this.#drain = new CloseDrain(transport, {
+        address: this.address,
+        connect,
+        hello: hello?.line,
+        ended: () => this.#failAll("client closed")
+      });
+      return;
+    }
     transport?.close();
     this.#failAll("client closed");
   }
@@ -2395,6 +2477,7 @@ var LockClient = class {
       await new Promise((resolve) => this.#drained = resolve);
       this.#drained = void 0;
     }
+    await Promise.all(this.#router.connections.map((c) => c.shut));
     await Promise.allSettled([
       ...this.#background
     ]);

@@ -1,0 +1,99 @@
+/**
+ * Closing a connection that has acquires queued on the server without leaving a grant
+ * behind (docs/client.md, "Held locks"). The server drops a connection's queued acquires
+ * once it reads its close (docs/protocol.md, "Semantics"), but a release from elsewhere may
+ * grant one of them just before: closed at once, the client would never see that grant, and
+ * the key would stay held until its lease ends. So such a connection is half-closed
+ * instead: the client stops sending and keeps reading until the server closes it; every
+ * grant the server made before it read the close arrives, and each is released on a fresh
+ * connection to the same node (never handed to its request, which fails when the drain
+ * ends). Both steps are bounded by {@linkcode CLOSE_DRAIN_MS}.
+ *
+ * @module
+ */
+
+import type { Address } from "./address.ts";
+import { parseReply, releaseLine } from "./codec.ts";
+import { after } from "./timer.ts";
+import type { Connect, Transport } from "./transport.ts";
+
+/** Longest wait for the server to close a half-closed connection, and for late releases, ms. */
+export const CLOSE_DRAIN_MS = 1000;
+
+/** What a drain needs to release late grants: how to reach the node again. */
+export interface DrainOptions {
+  /** The node the connection is to. */
+  address: Address;
+  /** Opens a fresh connection to it. */
+  connect: Connect;
+  /** The hello line to send first on it, if the client has one. */
+  hello: string | undefined;
+  /** Called once the server closed the connection (or the bound passed). */
+  ended: () => void;
+}
+
+/** One connection being half-closed; the owner passes it the connection's lines and close. */
+export class CloseDrain {
+  /** Resolves once the server closed the connection (or the bound passed) and late grants
+   * were released. Never rejects. */
+  readonly done: Promise<void>;
+  #transport: Transport;
+  #grants: { key: string; token: bigint }[] = [];
+  #ended!: () => void;
+  #cancel: () => void;
+
+  /** Half-closes `transport` (it must have `end`). */
+  constructor(transport: Transport, options: DrainOptions) {
+    this.#transport = transport;
+    const ended = new Promise<void>((resolve) => this.#ended = resolve).then(options.ended);
+    // A strong timer and a referenced socket: a script that awaits close() is not cut short.
+    this.#cancel = after(CLOSE_DRAIN_MS, () => this.closed(transport));
+    transport.ref?.(true);
+    transport.end!();
+    this.done = ended
+      .then(() => this.#grants.length > 0 ? releaseLate(this.#grants, options) : undefined)
+      .catch(() => {});
+  }
+
+  /** A line received on the draining connection: a grant is kept to be released. */
+  line(text: string): void {
+    const reply = parseReply(text);
+    if (reply?.op === "A" && reply.status === "A" && reply.token !== undefined) {
+      this.#grants.push({ key: reply.key, token: reply.token });
+    }
+  }
+
+  /** `transport` closed (or the bound passed): the drain is over. */
+  closed(transport: Transport): void {
+    if (transport !== this.#transport) return;
+    this.#cancel();
+    transport.close();
+    this.#ended();
+  }
+}
+
+/** Releases `grants` on a fresh connection to `options.address`; resolves once answered. */
+async function releaseLate(
+  grants: { key: string; token: bigint }[],
+  options: DrainOptions,
+): Promise<void> {
+  let left = grants.length;
+  let finish!: () => void;
+  const finished = new Promise<void>((resolve) => finish = resolve);
+  const cancel = after(CLOSE_DRAIN_MS, () => finish());
+  try {
+    const transport = await options.connect(options.address, {
+      line: (text) => {
+        if (parseReply(text)?.op === "R" && --left === 0) finish();
+      },
+      closed: () => finish(),
+    }, AbortSignal.timeout(CLOSE_DRAIN_MS));
+    if (options.hello !== undefined) transport.send(options.hello);
+    for (const { key, token } of grants) transport.send(releaseLine(key, token));
+    transport.ref?.(true);
+    await finished;
+    transport.close();
+  } finally {
+    cancel();
+  }
+}

@@ -1,0 +1,126 @@
+/**
+ * `close()` with acquires queued on the server (docs/client.md, "Held locks"): the
+ * connection is half-closed and read to its end, so a grant the server made just before it
+ * read the close is seen and released on a fresh connection, instead of staying held until
+ * its lease ends.
+ */
+
+import assert from "node:assert/strict";
+import { LockClient, LockError } from "../mod.ts";
+import { readLines } from "./_net.ts";
+import { waitFor, withServer } from "./_helpers.ts";
+
+const encoder = new TextEncoder();
+
+/** One accepted connection of {@linkcode LateGrantServer}. */
+interface Accepted {
+  lines: string[];
+  /** Whether the client ended its side (a half-close or a close). */
+  ended: boolean;
+}
+
+/**
+ * A fake node that grants `A late ...` only once the client has closed its sending side,
+ * as lockd would if a release from elsewhere reached it just before it read the close. It
+ * answers the client's latency probe and nothing else.
+ */
+class LateGrantServer implements AsyncDisposable {
+  readonly accepted: Accepted[] = [];
+  #listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  #conns = new Set<Deno.Conn>();
+  #loop: Promise<void>;
+
+  constructor() {
+    this.#loop = this.#accept();
+  }
+
+  get address(): string {
+    return `127.0.0.1:${this.#listener.addr.port}`;
+  }
+
+  lines(): string[] {
+    return this.accepted.flatMap((a) => a.lines);
+  }
+
+  async #accept(): Promise<void> {
+    const serving: Promise<void>[] = [];
+    try {
+      for await (const conn of this.#listener) serving.push(this.#serve(conn));
+    } catch {
+      // Closed.
+    }
+    await Promise.all(serving);
+  }
+
+  async #serve(conn: Deno.Conn): Promise<void> {
+    this.#conns.add(conn);
+    const accepted: Accepted = { lines: [], ended: false };
+    this.accepted.push(accepted);
+    const send = (line: string) => conn.write(encoder.encode(line + "\n")).catch(() => 0);
+    await readLines(conn, (line) => {
+      const [op, key] = line.split(" ");
+      if (op === "?") void send("? - E unknown op");
+      else if (op === "HELLO") void send(`HELLO ${key} OK`);
+      else {
+        accepted.lines.push(line);
+        if (op === "R") void send(`R ${key} R`);
+      }
+    });
+    accepted.ended = true;
+    // The close was read: had a release granted the queued acquire just before, its grant
+    // would go out now, then the connection closes.
+    if (accepted.lines.some((l) => l.startsWith("A late "))) await send("A late A 7");
+    this.#conns.delete(conn);
+    try {
+      conn.close();
+    } catch {
+      // Reset by the client.
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.#listener.close();
+    for (const conn of this.#conns) {
+      try {
+        conn.close();
+      } catch {
+        // Already closed.
+      }
+    }
+    await this.#loop;
+  }
+}
+
+Deno.test("close() releases a grant made while it closed a connection with an acquire queued", async () => {
+  await using server = new LateGrantServer();
+  const client = new LockClient(server.address, { connectionsPerAddress: 1 });
+  const acquiring = client.acquire("late", { wait: 10 });
+  await waitFor(() => Promise.resolve(server.lines().some((l) => l.startsWith("A late "))), "A");
+  const accepted = server.accepted.length;
+  const rejected = assert.rejects(acquiring, LockError);
+  await client.close();
+  await rejected;
+  // The grant that came after the half-close was released, on a fresh connection.
+  assert.equal(server.accepted.length, accepted + 1, "one fresh connection for the release");
+  assert.deepEqual(server.accepted.at(-1)!.lines, ["R late 7"]);
+  assert.ok(server.accepted[accepted - 1].ended, "the first connection was half-closed");
+});
+
+Deno.test("close() with an acquire queued on lockd drops it there and ends promptly", async () => {
+  await withServer({}, async (server, clients) => {
+    const raw = await clients.connect();
+    assert.match((await raw.request("A busy 30 0"))!, /^A busy A \d+$/);
+    const client = new LockClient(`127.0.0.1:${server.port}`);
+    const acquiring = client.acquire("busy", { wait: 10 });
+    await waitFor(
+      async () => (await raw.request("I busy"))?.split(" ")[5] === "1",
+      "the client's acquire to queue",
+    );
+    const rejected = assert.rejects(acquiring, LockError);
+    const started = performance.now();
+    await client.close();
+    assert.ok(performance.now() - started < 900, "lockd closed the half-closed connection");
+    await rejected;
+    assert.equal((await raw.request("I busy"))?.split(" ")[5], "0", "the queued acquire is gone");
+  });
+});
