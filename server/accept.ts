@@ -36,6 +36,8 @@ export interface AcceptorOptions {
   replies?: ReplyGate;
   /** A connection was refused at `maxConnections` (metrics). */
   refused?(): void;
+  /** A connection sent a line over the length limit, answered `E line too long` (metrics). */
+  tooLong?(): void;
 }
 
 /** Where a first line leads: its handler, and whether the line was for the routing only. */
@@ -184,6 +186,7 @@ export class Acceptor implements Routing {
       batch: this.#options.batch,
       log: this.#options.log,
       replies: this.#options.replies,
+      tooLong: this.#options.tooLong,
     });
     router.socket = socket;
     this.#clients.add(socket);

@@ -62,6 +62,8 @@ export interface LineSocketOptions {
   dropAt?: number;
   /** Longest input line in bytes. Default 4096. */
   maxLineBytes?: number;
+  /** A line over `maxLineBytes` arrived (answered, then the connection closes): metrics. */
+  tooLong?(): void;
 }
 
 /** The part of a Deno connection a {@linkcode LineSocket} uses (tests pass fakes). */
@@ -271,6 +273,7 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
   /** An input line over the limit: answered, then the connection closes. @internal */
   tooLong(): void {
     this.#drop(`a line over ${this.#maxLineBytes} bytes`, "line-too-long");
+    this.#options.tooLong?.();
     this.send(errorReply("-", "-", LINE_TOO_LONG));
     this.closeAfterFlush();
   }

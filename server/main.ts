@@ -151,6 +151,8 @@ export async function main(args: string[]): Promise<number> {
           : { cert: security.tls.cert, key: security.tls.key },
         clientScript: config.bridgeDemo ? clientScript : undefined,
         page: config.bridgeDemo ? demoPage : undefined,
+        // Into the node's log, with its timestamps and fields.
+        onError: (message) => log.warn(message, { event: "bridge" }),
       });
     } catch (error) {
       const why = error instanceof Error ? error.message : String(error);

@@ -272,6 +272,7 @@ export class LockServer {
       // Sync replication: a client's replies wait for the standbys' acknowledgement.
       replies: cluster?.replication === "sync" ? this.#cluster?.stream : undefined,
       refused: () => metrics.reject("limits"),
+      tooLong: () => metrics.reject("limits"),
     });
   }
 

@@ -590,6 +590,19 @@ Deno.test("bridge keyPrefix as a function separates tenants", async () => {
   });
 });
 
+Deno.test("bridge refuses a session whose keyPrefix is invalid and reports it to onError", async () => {
+  const errors: string[] = [];
+  await withBridge(
+    { keyPrefix: () => "bad prefix:", onError: (m) => errors.push(m) },
+    async (f) => {
+      assert.equal(await refusedUpgrade(f.url), 500);
+      assert.deepEqual(errors, [
+        'lockd bridge: refusing a session: invalid key prefix "bad prefix:"',
+      ]);
+    },
+  );
+});
+
 // ---------------------------------------------------------------------------------------
 // What a session holds and waits for
 

@@ -151,6 +151,14 @@ Deno.test("server answers lines over 4096 bytes with line too long and closes", 
       const fresh = await clients.connect();
       parseGrant(await fresh.request("A by:1 30 0.001"), "by:1");
     });
+
+    await t.step("does count each line too long as a limits rejection", async () => {
+      const c = await clients.connect();
+      const reply = (await c.request("S -"))!;
+      assert.ok(reply.startsWith("S - S "), reply);
+      const status = JSON.parse(reply.slice("S - S ".length));
+      assert.equal(status.counts.rejections.limits, 6, "six connections sent a line too long");
+    });
   });
 });
 

@@ -59,6 +59,12 @@ export interface BridgeOptions {
    * (from `@lockd/client/bridge`): `Deno.upgradeWebSocket`; give your runtime's own elsewhere.
    */
   upgradeWebSocket?: UpgradeWebSocket;
+  /**
+   * Where the bridge reports a session it refused for a fault of its own (an invalid key
+   * prefix, an upgrade that failed), as one line of text. Default: `console.error`. The
+   * message never holds a credential or a token.
+   */
+  onError?: (message: string) => void;
 }
 
 /** A runtime's WebSocket upgrade: the socket (with the standard surface) and the response. */
@@ -104,6 +110,7 @@ export function createHandler(options: BridgeOptions, upgrade: UpgradeWebSocket)
     return { relay: clientInternals.get(client)!, client };
   };
 
+  const report = options.onError ?? ((message: string) => console.error(message));
   const upgradeSession = async (request: Request, url: URL): Promise<Response> => {
     if (!originAllowed(request, allowed)) return FORBIDDEN();
     if (options.authorize && !(await options.authorize(request))) {
@@ -114,9 +121,7 @@ export function createHandler(options: BridgeOptions, upgrade: UpgradeWebSocket)
       : options.keyPrefix ?? "";
     if (!validPrefix(prefix)) {
       // A prefix with a space or line break would let a page write raw protocol lines.
-      console.error(
-        `lockd bridge: refusing a session: invalid key prefix ${JSON.stringify(prefix)}`,
-      );
+      report(`lockd bridge: refusing a session: invalid key prefix ${JSON.stringify(prefix)}`);
       return new Response("Invalid key prefix\n", { status: 500 });
     }
     let upgraded: { socket: BridgeSocket; response: Response };
@@ -178,9 +183,7 @@ export function createHandler(options: BridgeOptions, upgrade: UpgradeWebSocket)
     try {
       return await upgradeSession(request, url);
     } catch (error) {
-      console.error(
-        `lockd bridge: refusing a session: ${error instanceof Error ? error.message : error}`,
-      );
+      report(`lockd bridge: refusing a session: ${error instanceof Error ? error.message : error}`);
       return new Response("Internal error\n", { status: 500 });
     } finally {
       upgrading--;
