@@ -11,25 +11,13 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { AuthFileError, Credentials, hostOf, Throttle } from "../server/auth.ts";
 import { AuthFile } from "../server/auth_file.ts";
-import type { Logger } from "../server/log.ts";
+import { capturingLogger } from "./_logger.ts";
 
 const SECRET = "a-long-random-secret-of-at-least-20-characters";
 const OTHER = "Another+Secret/42!";
 
 function sha256Hex(text: string): string {
   return createHash("sha256").update(text, "utf8").digest("hex");
-}
-
-/** A logger that keeps every line, with its level. */
-function capturingLogger(): Logger & { lines: string[] } {
-  const lines: string[] = [];
-  return {
-    lines,
-    debug: (m) => lines.push(`debug ${m}`),
-    info: (m) => lines.push(`info ${m}`),
-    warn: (m) => lines.push(`warn ${m}`),
-    error: (m) => lines.push(`error ${m}`),
-  };
 }
 
 Deno.test("Credentials.parse() reads names, secrets and prefixes", async (t) => {

@@ -13,65 +13,13 @@
 
 import assert from "node:assert/strict";
 import { setTimeout as delay } from "node:timers/promises";
-import { type Browser, chromium, type Page } from "npm:playwright-core@1.65.1";
+import type { Browser, Page } from "npm:playwright-core@1.65.1";
 import type { Lock, LockClient } from "../mod.ts";
+import { browserTests, launchChromium } from "./_chromium.ts";
 import { LineClient, type ServerProcess, startServer, waitFor } from "./_helpers.ts";
 
-// ---------------------------------------------------------------------------------------
-// Finding Chromium
-
-/**
- * Path of Chromium: `$LOCKD_CHROMIUM` if set (only it), else `/usr/bin/chromium`, else
- * `chromium` on `PATH`.
- */
-function findChromium(): string | undefined {
-  const override = Deno.env.get("LOCKD_CHROMIUM");
-  const candidates = override !== undefined ? [override] : ["/usr/bin/chromium"];
-  if (override === undefined) {
-    for (const dir of (Deno.env.get("PATH") ?? "").split(":")) {
-      if (dir !== "") candidates.push(`${dir}/chromium`);
-    }
-  }
-  for (const path of candidates) {
-    try {
-      if (Deno.statSync(path).isFile) return path;
-    } catch {
-      // Not there.
-    }
-  }
-  return undefined;
-}
-
-const CHROMIUM = findChromium();
-const hasChromium = CHROMIUM !== undefined;
-const browserRequired = Deno.env.get("LOCKD_REQUIRE_BROWSER") === "1";
-
-if (!hasChromium) {
-  const bar = "!".repeat(78);
-  console.error(
-    `\n${bar}\n!!  Chromium not found (${
-      Deno.env.get("LOCKD_CHROMIUM") ?? "/usr/bin/chromium or chromium on PATH"
-    }).\n` +
-      (browserRequired
-        ? "!!  LOCKD_REQUIRE_BROWSER=1: the browser tests FAIL.\n"
-        : "!!  The browser tests of the WebSocket bridge are SKIPPED.\n" +
-          "!!  Install it (apt-get install chromium) to run them; CI requires them.\n") +
-      `${bar}\n`,
-  );
-  if (browserRequired) {
-    Deno.test("browser tests need Chromium (LOCKD_REQUIRE_BROWSER=1)", () => {
-      throw new Error(
-        "Chromium is not installed (/usr/bin/chromium or chromium on PATH), and " +
-          "LOCKD_REQUIRE_BROWSER=1 requires the browser tests to run",
-      );
-    });
-  }
-}
-
-/** `Deno.test` for a browser test: ignored (loudly, above) when Chromium is absent. */
-function browserTest(name: string, fn: () => Promise<void>): void {
-  Deno.test({ name, ignore: !hasChromium, fn });
-}
+/** `Deno.test` for a browser test: ignored, loudly, when Chromium is absent (tests/_chromium.ts). */
+const browserTest = browserTests("the WebSocket bridge");
 
 // ---------------------------------------------------------------------------------------
 // Local helpers
@@ -82,21 +30,6 @@ interface PageGlobals {
   held?: Record<string, Lock>;
   pending?: Record<string, Promise<string>>;
   settled?: Record<string, string>;
-}
-
-function launch(): Promise<Browser> {
-  return chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
-  });
 }
 
 /** Bridge port from a ready line ending in `, bridge on ws://HOST:PORT/`. */
@@ -162,7 +95,7 @@ class Fixture {
 /** Starts lockd (`--bridge 127.0.0.1:0 --bridge-demo`) and Chromium, runs `fn`, cleans up. */
 async function withBrowser(fn: (f: Fixture) => Promise<void>): Promise<void> {
   const [browser, server] = await Promise.allSettled([
-    launch(),
+    launchChromium(),
     startServer({ args: ["--bridge", "127.0.0.1:0", "--bridge-demo"] }),
   ]);
   if (browser.status === "rejected" || server.status === "rejected") {

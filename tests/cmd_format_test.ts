@@ -14,41 +14,11 @@ import {
   statusTable,
 } from "../server/cmd/format.ts";
 import { statusExit } from "../server/cmd/inspect.ts";
+import { nodeStatus } from "./_status_fixture.ts";
 
 /** A node status with the given parts (the rest zero). */
 function node(parts: Partial<NodeStatus> & Pick<NodeStatus, "address" | "role">): NodeStatus {
-  return {
-    version: "0.1.0",
-    active: parts.address,
-    uptimeSeconds: 1,
-    replication: { mode: "none", degraded: false, inSync: [] },
-    peers: [],
-    connections: 0,
-    sessions: 0,
-    holders: 0,
-    waiters: 0,
-    tokens: { last: "0", mark: "1000000" },
-    counts: {
-      grants: 0,
-      releases: 0,
-      extends: 0,
-      expirations: 0,
-      timeouts: 0,
-      rejections: {
-        bad_request: 0,
-        auth: 0,
-        prefix: 0,
-        no_active: 0,
-        shutting_down: 0,
-        limits: 0,
-        other: 0,
-      },
-      failovers: 0,
-      handoffs: 0,
-    },
-    grantsPerSecond: [],
-    ...parts,
-  };
+  return nodeStatus({ active: parts.address, ...parts });
 }
 
 const A = "10.0.0.1:7321";

@@ -23,24 +23,13 @@ import { Credentials, Throttle } from "../server/auth.ts";
 import { answerHello, type HelloContext, type HelloOutcome, isHello } from "../server/hello.ts";
 import type { Logger } from "../server/log.ts";
 import { mulberry32 } from "./_prng.ts";
+import { capturingLogger } from "./_logger.ts";
 
 const SESSION = "0123456789abcdef0123456789abcdef";
 /** A secret shaped like a credential name, as the one in docs/security.md. */
 const SECRET = "a-long-random-secret-of-at-least-20-characters";
 /** A secret with characters a credential name may not have. */
 const ODD_SECRET = "Pa55+w0rd!~{x}";
-
-/** A logger that keeps every line, with its level. */
-function capturingLogger(): Logger & { lines: string[] } {
-  const lines: string[] = [];
-  return {
-    lines,
-    debug: (m) => lines.push(`debug ${m}`),
-    info: (m) => lines.push(`info ${m}`),
-    warn: (m) => lines.push(`warn ${m}`),
-    error: (m) => lines.push(`error ${m}`),
-  };
-}
 
 function isError(value: Hello | RequestError): value is RequestError {
   return "kind" in value;

@@ -18,6 +18,7 @@ import {
   PROMETHEUS_CONTENT_TYPE,
   STATUS_PAGE_CSP,
 } from "../server/http_routes.ts";
+import { zeroCounts } from "./_status_fixture.ts";
 import statusPage from "../server/assets/status.html" with { type: "text" };
 
 const STATUS: NodeStatus = {
@@ -40,24 +41,7 @@ const STATUS: NodeStatus = {
   holders: 1,
   waiters: 2,
   tokens: { last: "18000000000000000042", mark: "18000000000001000000" },
-  counts: {
-    grants: 42,
-    releases: 40,
-    extends: 1,
-    expirations: 0,
-    timeouts: 1,
-    rejections: {
-      bad_request: 0,
-      auth: 0,
-      prefix: 0,
-      no_active: 0,
-      shutting_down: 0,
-      limits: 0,
-      other: 0,
-    },
-    failovers: 0,
-    handoffs: 0,
-  },
+  counts: zeroCounts({ grants: 42, releases: 40, extends: 1, timeouts: 1 }),
   grantsPerSecond: [1, 2, 3],
 };
 

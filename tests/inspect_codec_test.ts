@@ -29,45 +29,14 @@ import {
   statusReply,
   utf8Length,
 } from "../client/codec.ts";
+import { nodeStatus } from "./_status_fixture.ts";
 
 function info(key: string, holder: string | null = "worker-1"): KeyInfo {
   return { key, token: "18446744073709551615", holder, leaseLeftSeconds: 29.5, waiters: 3 };
 }
 
 function status(rates: number[] = []): NodeStatus {
-  return {
-    address: "127.0.0.1:7321",
-    version: "0.1.0",
-    role: "active",
-    active: "127.0.0.1:7321",
-    uptimeSeconds: 1.5,
-    replication: { mode: "none", degraded: false, inSync: [] },
-    peers: [],
-    connections: 1,
-    sessions: 0,
-    holders: 0,
-    waiters: 0,
-    tokens: { last: "0", mark: "1000000" },
-    counts: {
-      grants: 0,
-      releases: 0,
-      extends: 0,
-      expirations: 0,
-      timeouts: 0,
-      rejections: {
-        bad_request: 0,
-        auth: 0,
-        prefix: 0,
-        no_active: 0,
-        shutting_down: 0,
-        limits: 0,
-        other: 0,
-      },
-      failovers: 0,
-      handoffs: 0,
-    },
-    grantsPerSecond: rates,
-  };
+  return nodeStatus({ uptimeSeconds: 1.5, connections: 1, grantsPerSecond: rates });
 }
 
 Deno.test("isInspection() is true exactly for the ops I, S and L", () => {

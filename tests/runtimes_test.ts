@@ -14,7 +14,7 @@
 
 import assert from "node:assert/strict";
 import { Cluster, replicated } from "./_cluster.ts";
-import { LineClient, type ServerProcess, startServer, waitFor } from "./_helpers.ts";
+import { LineClient, type ServerProcess, waitFor, withServer as withServerOf } from "./_helpers.ts";
 import { freePorts } from "./_net.ts";
 import {
   findRuntime,
@@ -81,18 +81,9 @@ async function scenario(
   return { ...parsed.result, ms: run.ms };
 }
 
-/** Starts a server, runs `fn`, and stops it (removing its data directory). */
-async function withServer(
-  args: string[],
-  fn: (server: ServerProcess) => Promise<void>,
-): Promise<void> {
-  const server = await startServer({ args });
-  try {
-    await fn(server);
-  } finally {
-    await server.stop();
-    await Deno.remove(server.dataDir, { recursive: true }).catch(() => {});
-  }
+/** Starts a server with `args`, runs `fn`, then stops it and removes its data directory. */
+function withServer(args: string[], fn: (server: ServerProcess) => Promise<void>): Promise<void> {
+  return withServerOf({ args }, (server) => fn(server));
 }
 
 Deno.test("every runtime: acquire, extend, release, contention, wait limit, abort, await using", async (t) => {

@@ -14,6 +14,7 @@ import { LockClient } from "../mod.ts";
 import type { LineClient } from "./_helpers.ts";
 import { Cluster, type Member, replicated, tokenOf, within } from "./_cluster.ts";
 import { assertNoUnhandledRejections } from "./_unhandled.ts";
+import { arrival, newSession, queue, releasesLogged } from "./_sessions.ts";
 
 // ---------------------------------------------------------------------------------------
 // Local helpers
@@ -26,11 +27,6 @@ const ARGS = ["--session-grace", String(GRACE_S)];
 const EARLY = 0.8;
 /** ... and this much late on a loaded machine. */
 const LATE_MS = 4000;
-
-/** A fresh session id: 32 lowercase hex digits. */
-function newSession(): string {
-  return crypto.randomUUID().replaceAll("-", "");
-}
 
 /** Raw connections opened by a test, closed at its end. */
 class Lines {
@@ -73,24 +69,6 @@ async function withLinesOn(member: Member, fn: (c: LineClient) => Promise<void>)
 /** `A <key> 60 0 s` on `c`, which must be granted at once; returns the token. */
 async function bind(c: LineClient, key: string): Promise<bigint> {
   return tokenOf(await c.request(`A ${key} 60 0 s`), key);
-}
-
-/** Sends `A <key> 60 <wait>` on `c` and proves that it is queued (a later request is answered). */
-async function queue(c: LineClient, key: string, wait: number): Promise<void> {
-  await c.send(`A ${key} 60 ${wait}`);
-  assert.equal(await c.request("R probe 1"), "R probe N", `A ${key} should be queued`);
-}
-
-/** The next line on `c` and when it arrived (`performance.now()`). */
-async function arrival(c: LineClient, timeoutMs: number): Promise<{ reply: string; at: number }> {
-  const reply = await c.readLine(timeoutMs);
-  return { reply: reply ?? "(end of stream)", at: performance.now() };
-}
-
-/** Every `session ... gone ... released N lock(s)` line of `member` so far. */
-function releasesLogged(member: Member): { session: string; count: number }[] {
-  const re = /session ([0-9a-f]{8}) gone for its grace period: released (\d+) lock\(s\)/g;
-  return [...member.stderr().matchAll(re)].map((m) => ({ session: m[1], count: Number(m[2]) }));
 }
 
 function assertAboutOneGrace(elapsedMs: number, what: string): void {

@@ -20,6 +20,7 @@ import {
 } from "./_helpers.ts";
 import { sleep, within } from "./_cluster.ts";
 import { assertNoUnhandledRejections } from "./_unhandled.ts";
+import { arrival, newSession, queue, releasesLogged } from "./_sessions.ts";
 
 // ---------------------------------------------------------------------------------------
 // Local helpers
@@ -34,11 +35,6 @@ const EARLY = 0.8;
 /** ... and this much late on a loaded machine. */
 const LATE_MS = 4000;
 
-/** A fresh session id: 32 lowercase hex digits. */
-function newSession(): string {
-  return crypto.randomUUID().replaceAll("-", "");
-}
-
 /** Connects and says hello with `session`. */
 async function connectAs(clients: Clients, session: string, name = "tester"): Promise<LineClient> {
   const c = await clients.connect();
@@ -49,27 +45,6 @@ async function connectAs(clients: Clients, session: string, name = "tester"): Pr
 /** `A <key> <lease> 0 s` on `c`, which must be granted at once; returns the token. */
 async function bind(c: LineClient, key: string, lease = 60): Promise<bigint> {
   return grantOf(await c.request(`A ${key} ${lease} 0 s`), key);
-}
-
-/**
- * Sends `A <key> 60 <wait>` on `c` and proves that it is queued: a later request of the same
- * connection is answered first (the server handles a connection's lines in order).
- */
-async function queue(c: LineClient, key: string, wait: number): Promise<void> {
-  await c.send(`A ${key} 60 ${wait}`);
-  assert.equal(await c.request("R probe 1"), "R probe N", `A ${key} should be queued`);
-}
-
-/** The next line on `c` (a queued acquire's answer) and when it arrived (`performance.now()`). */
-async function arrival(c: LineClient, timeoutMs: number): Promise<{ reply: string; at: number }> {
-  const reply = await c.readLine(timeoutMs);
-  return { reply: reply ?? "(end of stream)", at: performance.now() };
-}
-
-/** Every `session ... gone ... released N lock(s)` line of `server` so far. */
-function releasesLogged(server: ServerProcess): { session: string; count: number }[] {
-  const re = /session ([0-9a-f]{8}) gone for its grace period: released (\d+) lock\(s\)/g;
-  return [...server.stderr().matchAll(re)].map((m) => ({ session: m[1], count: Number(m[2]) }));
 }
 
 /** Waits until `server` logged `count` session releases. */

@@ -7,20 +7,12 @@
 
 import assert from "node:assert/strict";
 import { LockClient, LockRejectedError, LockUnavailableError } from "../mod.ts";
-import { LineClient, type ServerProcess, startServer } from "./_helpers.ts";
+import { LineClient, type ServerProcess, withServer as withServerOf } from "./_helpers.ts";
 import { testPki, tlsArgs } from "./_tls.ts";
 
-async function withServer(
-  args: string[],
-  fn: (server: ServerProcess) => Promise<void>,
-): Promise<void> {
-  const server = await startServer({ args });
-  try {
-    await fn(server);
-  } finally {
-    await server.stop();
-    await Deno.remove(server.dataDir, { recursive: true });
-  }
+/** Starts a server with `args`, runs `fn`, then stops it and removes its data directory. */
+function withServer(args: string[], fn: (server: ServerProcess) => Promise<void>): Promise<void> {
+  return withServerOf({ args }, (server) => fn(server));
 }
 
 function bridgeUrl(ready: string, scheme: "ws" | "wss"): string {
