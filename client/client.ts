@@ -424,8 +424,10 @@ export class LockClient implements AsyncDisposable {
   /**
    * Releases every held lock (one attempt each, at most about a second in all), then closes
    * every connection and timer. Requests still outstanding reject with a
-   * {@linkcode LockError}, and a grant that arrives meanwhile is released. Calling it again
-   * returns the same promise. Never rejects.
+   * {@linkcode LockError}, and a grant that arrives meanwhile is released. A TCP connection
+   * with acquires queued is half-closed and read to its end first (at most about a second),
+   * so that a grant the server made as it closed is released too (docs/client.md, "Held
+   * locks"). Calling it again returns the same promise. Never rejects.
    *
    * @example Close when the page goes away
    * ```ts
@@ -451,14 +453,15 @@ export class LockClient implements AsyncDisposable {
     await Promise.race([Promise.all(releases), sleep(1000, timeout.signal)]);
     timeout.abort();
     for (const lock of held) lock.stop();
+    // Connections with acquires queued are half-closed and read to their end first: a grant
+    // lockd made before it read the close is released, not left held until its lease.
+    await Promise.all(this.#router.connections.map((c) => c.drain()));
     this.#closing.abort(new LockError("The client is closed"));
     // Every request on its way now fails (its connection closed): wait for them to end.
     if (this.#inflight > 0) {
       await new Promise<void>((resolve) => this.#drained = resolve);
       this.#drained = undefined;
     }
-    // Connections that had acquires queued: their late grants are released first.
-    await Promise.all(this.#router.connections.map((c) => c.shut));
     await Promise.allSettled([...this.#background]);
   }
 

@@ -6,8 +6,10 @@
  * the key would stay held until its lease ends. So such a connection is half-closed
  * instead: the client stops sending and keeps reading until the server closes it; every
  * grant the server made before it read the close arrives, and each is released on a fresh
- * connection to the same node (never handed to its request, which fails when the drain
- * ends). Both steps are bounded by {@linkcode CLOSE_DRAIN_MS}.
+ * connection to the same node (never handed to its request). Both steps are bounded by
+ * {@linkcode CLOSE_DRAIN_MS}. The requests stay outstanding meanwhile: the client fails
+ * them all afterwards, in one turn, so that awaiting `close()` before handling a pending
+ * acquire's rejection keeps working.
  *
  * @module
  */
@@ -28,8 +30,6 @@ export interface DrainOptions {
   connect: Connect;
   /** The hello line to send first on it, if the client has one. */
   hello: string | undefined;
-  /** Called once the server closed the connection (or the bound passed). */
-  ended: () => void;
 }
 
 /** One connection being half-closed; the owner passes it the connection's lines and close. */
@@ -45,7 +45,7 @@ export class CloseDrain {
   /** Half-closes `transport` (it must have `end`). */
   constructor(transport: Transport, options: DrainOptions) {
     this.#transport = transport;
-    const ended = new Promise<void>((resolve) => this.#ended = resolve).then(options.ended);
+    const ended = new Promise<void>((resolve) => this.#ended = resolve);
     // A strong timer and a referenced socket: a script that awaits close() is not cut short.
     this.#cancel = after(CLOSE_DRAIN_MS, () => this.closed(transport));
     transport.ref?.(true);

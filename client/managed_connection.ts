@@ -131,11 +131,24 @@ export class ManagedConnection {
   }
 
   /**
-   * Resolves once the connection is shut for good after the client closed: at once, or when
-   * a connection that had acquires queued was drained and its late grants released.
+   * The first step of the client's close (client/close_drain.ts): with acquires queued here,
+   * stops using the connection, half-closes it and reads it to its end, then releases the
+   * grants that came meanwhile. Its requests stay outstanding: the close's abort fails them
+   * afterwards, all in one turn. Resolves at once when nothing is queued here.
    */
-  get shut(): Promise<void> {
-    return this.#drain?.done ?? Promise.resolve();
+  drain(): Promise<void> {
+    const transport = this.#transport;
+    if (transport?.end === undefined || !((this.#pending.get("A")?.size ?? 0) > 0)) {
+      return Promise.resolve();
+    }
+    this.#ready = false;
+    const { connect, hello } = this.#options;
+    this.#drain ??= new CloseDrain(transport, {
+      address: this.address,
+      connect,
+      hello: hello?.line,
+    });
+    return this.#drain.done;
   }
 
   /** Whether requests can be sent now. */
@@ -203,7 +216,8 @@ export class ManagedConnection {
    */
   connect(): Promise<boolean> {
     if (this.up) return Promise.resolve(true);
-    if (this.#options.closed.aborted) return Promise.resolve(false);
+    // Closed, or closing: a connection being drained is not reopened.
+    if (this.#options.closed.aborted || this.#drain !== undefined) return Promise.resolve(false);
     this.#connecting ??= this.#open().finally(() => this.#connecting = undefined);
     return this.#connecting;
   }
@@ -443,19 +457,6 @@ export class ManagedConnection {
     const transport = this.#transport;
     this.#transport = undefined;
     this.#ready = false;
-    const queued = (this.#pending.get("A")?.size ?? 0) > 0;
-    if (transport !== undefined && queued && transport.end !== undefined) {
-      // Acquires queued on the server: a grant it makes before it reads the close must be
-      // seen. The requests fail once the drain is over, as the client's close() ends.
-      const { connect, hello } = this.#options;
-      this.#drain = new CloseDrain(transport, {
-        address: this.address,
-        connect,
-        hello: hello?.line,
-        ended: () => this.#failAll("client closed"),
-      });
-      return;
-    }
     transport?.close();
     this.#failAll("client closed");
   }

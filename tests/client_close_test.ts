@@ -97,13 +97,29 @@ Deno.test("close() releases a grant made while it closed a connection with an ac
   const acquiring = client.acquire("late", { wait: 10 });
   await waitFor(() => Promise.resolve(server.lines().some((l) => l.startsWith("A late "))), "A");
   const accepted = server.accepted.length;
-  const rejected = assert.rejects(acquiring, LockError);
+  // As a script would: the pending acquire is handled only after close() (no unhandled
+  // rejection meanwhile, though the close waited for the server and a fresh connection).
   await client.close();
-  await rejected;
+  await assert.rejects(acquiring, LockError);
   // The grant that came after the half-close was released, on a fresh connection.
   assert.equal(server.accepted.length, accepted + 1, "one fresh connection for the release");
   assert.deepEqual(server.accepted.at(-1)!.lines, ["R late 7"]);
   assert.ok(server.accepted[accepted - 1].ended, "the first connection was half-closed");
+});
+
+Deno.test("close() with acquires queued on both connections fails them all after the drains", async () => {
+  await using server = new LateGrantServer();
+  const client = new LockClient(server.address);
+  await waitFor(() => Promise.resolve(client.connected === 2), "both connections");
+  // Round-robin: one acquire on each connection; only "late" is granted at the close.
+  const late = client.acquire("late", { wait: 10 });
+  const quiet = client.acquire("quiet", { wait: 10 });
+  await waitFor(() => Promise.resolve(server.lines().length === 2), "both acquires sent");
+  assert.equal(server.accepted.filter((a) => a.lines.length === 1).length, 2, "one on each");
+  await client.close();
+  await assert.rejects(late, LockError);
+  await assert.rejects(quiet, LockError);
+  assert.deepEqual(server.accepted.at(-1)!.lines, ["R late 7"]);
 });
 
 Deno.test("close() with an acquire queued on lockd drops it there and ends promptly", async () => {
@@ -116,11 +132,35 @@ Deno.test("close() with an acquire queued on lockd drops it there and ends promp
       async () => (await raw.request("I busy"))?.split(" ")[5] === "1",
       "the client's acquire to queue",
     );
-    const rejected = assert.rejects(acquiring, LockError);
     const started = performance.now();
     await client.close();
     assert.ok(performance.now() - started < 900, "lockd closed the half-closed connection");
-    await rejected;
+    await assert.rejects(acquiring, LockError);
     assert.equal((await raw.request("I busy"))?.split(" ")[5], "0", "the queued acquire is gone");
+  });
+});
+
+Deno.test("close() racing a release of the key it waits for leaves the key free", async () => {
+  await withServer({}, async (server, clients) => {
+    const raw = await clients.connect();
+    for (let i = 0; i < 20; i++) {
+      const key = `race:${i}`;
+      const token = (await raw.request(`A ${key} 30 0`))!.split(" ")[3];
+      const client = new LockClient(`127.0.0.1:${server.port}`);
+      const acquiring = client.acquire(key, { wait: 10 });
+      await waitFor(
+        async () => (await raw.request(`I ${key}`))?.split(" ")[5] === "1",
+        "the client's acquire to queue",
+      );
+      // The release and the close in the same turn: lockd may grant the closing client.
+      const released = raw.request(`R ${key} ${token}`);
+      await client.close();
+      assert.equal(await released, `R ${key} R`);
+      await acquiring.catch(() => {});
+      await waitFor(
+        async () => (await raw.request(`I ${key}`)) === `I ${key} F`,
+        `${key} to be free`,
+      );
+    }
   });
 });

@@ -1067,7 +1067,7 @@ var CloseDrain = class {
   /** Half-closes `transport` (it must have `end`). */
   constructor(transport, options) {
     this.#transport = transport;
-    const ended = new Promise((resolve) => this.#ended = resolve).then(options.ended);
+    const ended = new Promise((resolve) => this.#ended = resolve);
     this.#cancel = after(CLOSE_DRAIN_MS, () => this.closed(transport));
     transport.ref?.(true);
     transport.end();
@@ -1180,11 +1180,24 @@ var ManagedConnection = class {
     });
   }
   /**
-   * Resolves once the connection is shut for good after the client closed: at once, or when
-   * a connection that had acquires queued was drained and its late grants released.
+   * The first step of the client's close (client/close_drain.ts): with acquires queued here,
+   * stops using the connection, half-closes it and reads it to its end, then releases the
+   * grants that came meanwhile. Its requests stay outstanding: the close's abort fails them
+   * afterwards, all in one turn. Resolves at once when nothing is queued here.
    */
-  get shut() {
-    return this.#drain?.done ?? Promise.resolve();
+  drain() {
+    const transport = this.#transport;
+    if (transport?.end === void 0 || !((this.#pending.get("A")?.size ?? 0) > 0)) {
+      return Promise.resolve();
+    }
+    this.#ready = false;
+    const { connect, hello } = this.#options;
+    this.#drain ??= new CloseDrain(transport, {
+      address: this.address,
+      connect,
+      hello: hello?.line
+    });
+    return this.#drain.done;
   }
   /** Whether requests can be sent now. */
   get up() {
@@ -1241,7 +1254,7 @@ var ManagedConnection = class {
    */
   connect() {
     if (this.up) return Promise.resolve(true);
-    if (this.#options.closed.aborted) return Promise.resolve(false);
+    if (this.#options.closed.aborted || this.#drain !== void 0) return Promise.resolve(false);
     this.#connecting ??= this.#open().finally(() => this.#connecting = void 0);
     return this.#connecting;
   }
@@ -1453,17 +1466,6 @@ var ManagedConnection = class {
     const transport = this.#transport;
     this.#transport = void 0;
     this.#ready = false;
-    const queued = (this.#pending.get("A")?.size ?? 0) > 0;
-    if (transport !== void 0 && queued && transport.end !== void 0) {
-      const { connect, hello } = this.#options;
-      this.#drain = new CloseDrain(transport, {
-        address: this.address,
-        connect,
-        hello: hello?.line,
-        ended: () => this.#failAll("client closed")
-      });
-      return;
-    }
     transport?.close();
     this.#failAll("client closed");
   }
@@ -2441,8 +2443,10 @@ var LockClient = class {
   /**
    * Releases every held lock (one attempt each, at most about a second in all), then closes
    * every connection and timer. Requests still outstanding reject with a
-   * {@linkcode LockError}, and a grant that arrives meanwhile is released. Calling it again
-   * returns the same promise. Never rejects.
+   * {@linkcode LockError}, and a grant that arrives meanwhile is released. A TCP connection
+   * with acquires queued is half-closed and read to its end first (at most about a second),
+   * so that a grant the server made as it closed is released too (docs/client.md, "Held
+   * locks"). Calling it again returns the same promise. Never rejects.
    *
    * @example Close when the page goes away
    * ```ts
@@ -2472,12 +2476,12 @@ var LockClient = class {
     ]);
     timeout.abort();
     for (const lock of held) lock.stop();
+    await Promise.all(this.#router.connections.map((c) => c.drain()));
     this.#closing.abort(new LockError("The client is closed"));
     if (this.#inflight > 0) {
       await new Promise((resolve) => this.#drained = resolve);
       this.#drained = void 0;
     }
-    await Promise.all(this.#router.connections.map((c) => c.shut));
     await Promise.allSettled([
       ...this.#background
     ]);
