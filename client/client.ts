@@ -424,10 +424,9 @@ export class LockClient implements AsyncDisposable {
   /**
    * Releases every held lock (one attempt each, at most about a second in all), then closes
    * every connection and timer. Requests still outstanding reject with a
-   * {@linkcode LockError}, and a grant that arrives meanwhile is released. A TCP connection
-   * with acquires queued is half-closed and read to its end first (at most about a second),
-   * so that a grant the server made as it closed is released too (docs/client.md, "Held
-   * locks"). Calling it again returns the same promise. Never rejects.
+   * {@linkcode LockError}, and a grant that arrives meanwhile is released (one made as it
+   * closes too: docs/client.md, "Held locks"). Calling it again returns the same promise.
+   * Never rejects.
    *
    * @example Close when the page goes away
    * ```ts
@@ -453,9 +452,7 @@ export class LockClient implements AsyncDisposable {
     await Promise.race([Promise.all(releases), sleep(1000, timeout.signal)]);
     timeout.abort();
     for (const lock of held) lock.stop();
-    // Connections with acquires queued are half-closed and read to their end first: a grant
-    // lockd made before it read the close is released, not left held until its lease.
-    await Promise.all(this.#router.connections.map((c) => c.drain()));
+    await Promise.all(this.#router.connections.map((c) => c.drain())); // close_drain.ts
     this.#closing.abort(new LockError("The client is closed"));
     // Every request on its way now fails (its connection closed): wait for them to end.
     if (this.#inflight > 0) {

@@ -2443,10 +2443,9 @@ var LockClient = class {
   /**
    * Releases every held lock (one attempt each, at most about a second in all), then closes
    * every connection and timer. Requests still outstanding reject with a
-   * {@linkcode LockError}, and a grant that arrives meanwhile is released. A TCP connection
-   * with acquires queued is half-closed and read to its end first (at most about a second),
-   * so that a grant the server made as it closed is released too (docs/client.md, "Held
-   * locks"). Calling it again returns the same promise. Never rejects.
+   * {@linkcode LockError}, and a grant that arrives meanwhile is released (one made as it
+   * closes too: docs/client.md, "Held locks"). Calling it again returns the same promise.
+   * Never rejects.
    *
    * @example Close when the page goes away
    * ```ts
