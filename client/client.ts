@@ -452,7 +452,7 @@ export class LockClient implements AsyncDisposable {
     await Promise.race([Promise.all(releases), sleep(1000, timeout.signal)]);
     timeout.abort();
     for (const lock of held) lock.stop();
-    await Promise.all(this.#router.connections.map((c) => c.drain())); // close_drain.ts
+    await this.#router.quiesce(); // close_drain.ts
     this.#closing.abort(new LockError("The client is closed"));
     // Every request on its way now fails (its connection closed): wait for them to end.
     if (this.#inflight > 0) {

@@ -40,19 +40,23 @@ export class CloseDrain {
   #transport: Transport;
   #grants: { key: string; token: bigint }[] = [];
   #ended!: () => void;
-  #cancel: () => void;
+  #cancel: () => void = () => {};
 
-  /** Half-closes `transport` (it must have `end`). */
+  /** For `transport` (it must have `end`); {@linkcode start} half-closes it. */
   constructor(transport: Transport, options: DrainOptions) {
     this.#transport = transport;
     const ended = new Promise<void>((resolve) => this.#ended = resolve);
-    // A strong timer and a referenced socket: a script that awaits close() is not cut short.
-    this.#cancel = after(CLOSE_DRAIN_MS, () => this.closed(transport));
-    transport.ref?.(true);
-    transport.end!();
     this.done = ended
       .then(() => this.#grants.length > 0 ? releaseLate(this.#grants, options) : undefined)
       .catch(() => {});
+  }
+
+  /** Half-closes the transport (its owner routes its lines and close here first). */
+  start(): void {
+    // A strong timer and a referenced socket: a script that awaits close() is not cut short.
+    this.#cancel = after(CLOSE_DRAIN_MS, () => this.closed(this.#transport));
+    this.#transport.ref?.(true);
+    this.#transport.end!();
   }
 
   /** A line received on the draining connection: a grant is kept to be released. */
@@ -72,7 +76,11 @@ export class CloseDrain {
   }
 }
 
-/** Releases `grants` on a fresh connection to `options.address`; resolves once answered. */
+/**
+ * Releases `grants` on a fresh connection to `options.address`; resolves once each is
+ * answered `R` or `N` (a redirect or an error leaves it to its lease), or after
+ * {@linkcode CLOSE_DRAIN_MS} to connect and as long again for the answers.
+ */
 async function releaseLate(
   grants: { key: string; token: bigint }[],
   options: DrainOptions,
@@ -80,20 +88,23 @@ async function releaseLate(
   let left = grants.length;
   let finish!: () => void;
   const finished = new Promise<void>((resolve) => finish = resolve);
+  const transport = await options.connect(options.address, {
+    line: (text) => {
+      const reply = parseReply(text);
+      if (reply?.op === "R" && (reply.status === "R" || reply.status === "N") && --left === 0) {
+        finish();
+      }
+    },
+    closed: () => finish(),
+  }, AbortSignal.timeout(CLOSE_DRAIN_MS));
   const cancel = after(CLOSE_DRAIN_MS, () => finish());
   try {
-    const transport = await options.connect(options.address, {
-      line: (text) => {
-        if (parseReply(text)?.op === "R" && --left === 0) finish();
-      },
-      closed: () => finish(),
-    }, AbortSignal.timeout(CLOSE_DRAIN_MS));
     if (options.hello !== undefined) transport.send(options.hello);
     for (const { key, token } of grants) transport.send(releaseLine(key, token));
     transport.ref?.(true);
     await finished;
-    transport.close();
   } finally {
     cancel();
+    transport.close();
   }
 }

@@ -119,6 +119,8 @@ export class ManagedConnection {
   #watchAlarm = new Alarm(() => this.#watchTick());
   /** The half-close of the last transport, when the client closed with acquires queued. */
   #drain: CloseDrain | undefined;
+  /** The client's close began: no request goes out, no transport is opened. */
+  #closing = false;
   /** The one request whose round trip is being measured, and when it was sent. */
   #timed: Receiver | undefined;
   #timedAt = 0;
@@ -137,18 +139,22 @@ export class ManagedConnection {
    * afterwards, all in one turn. Resolves at once when nothing is queued here.
    */
   drain(): Promise<void> {
+    this.#closing = true;
+    this.#ready = false;
     const transport = this.#transport;
     if (transport?.end === undefined || !((this.#pending.get("A")?.size ?? 0) > 0)) {
       return Promise.resolve();
     }
-    this.#ready = false;
+    // Silence is expected now (lines go to the drain): the watch must not cut it short.
+    timers.cancel(this.#watchAlarm);
     const { connect, hello } = this.#options;
-    this.#drain ??= new CloseDrain(transport, {
+    const drain = this.#drain = new CloseDrain(transport, {
       address: this.address,
       connect,
       hello: hello?.line,
     });
-    return this.#drain.done;
+    drain.start();
+    return drain.done;
   }
 
   /** Whether requests can be sent now. */
@@ -216,8 +222,7 @@ export class ManagedConnection {
    */
   connect(): Promise<boolean> {
     if (this.up) return Promise.resolve(true);
-    // Closed, or closing: a connection being drained is not reopened.
-    if (this.#options.closed.aborted || this.#drain !== undefined) return Promise.resolve(false);
+    if (this.#options.closed.aborted || this.#closing) return Promise.resolve(false);
     this.#connecting ??= this.#open().finally(() => this.#connecting = undefined);
     return this.#connecting;
   }

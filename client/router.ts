@@ -65,6 +65,8 @@ export class Router {
   #active: string | undefined;
   #options: ResolvedOptions;
   #closed: AbortSignal;
+  /** Set by {@linkcode quiesce}: resolves when the close aborts. */
+  #quiet: Promise<void> | undefined;
   #lost: () => void;
   #hello: { line: string; session: string | undefined } | undefined;
   /** Whether this client speaks TLS: the nodes an `M` names are then reached with TLS. */
@@ -100,6 +102,11 @@ export class Router {
     return this.#connections;
   }
 
+  /** Whether the client's close began ({@linkcode quiesce}): requests wait for its end. */
+  get closing(): boolean {
+    return this.#quiet !== undefined;
+  }
+
   /** An upper bound of the one-way latency seen lately, in ms (0 before any measurement). */
   get latency(): number {
     return this.#latency;
@@ -118,6 +125,20 @@ export class Router {
   /** Starts connecting every connection in the background. */
   start(): void {
     for (const connection of this.#connections) connection.connect();
+  }
+
+  /**
+   * The client's close began (client/close_drain.ts): until the close aborts, nothing more is
+   * sent, no connection is opened, and a request that would fail waits, so that every
+   * request fails in the turn the close ends. Resolves once every connection that had
+   * acquires queued was drained.
+   */
+  quiesce(): Promise<void> {
+    this.#quiet ??= new Promise<void>((resolve) => {
+      if (this.#closed.aborted) resolve();
+      else this.#closed.addEventListener("abort", () => resolve(), { once: true });
+    });
+    return Promise.all(this.#connections.map((c) => c.drain())).then(() => {});
   }
 
   /**
@@ -148,7 +169,7 @@ export class Router {
    * is up. Set its `startedAt` first.
    */
   send(exchange: Exchange): void {
-    if (!this.#closed.aborted && !exchange.abandoned) {
+    if (!this.#closed.aborted && this.#quiet === undefined && !exchange.abandoned) {
       const connection = this.#pick(exchange.op, exchange.key);
       if (connection !== undefined) {
         exchange.sentOn(this, connection);
@@ -177,7 +198,11 @@ export class Router {
   #retry(exchange: Exchange, first: Outcome | undefined): void {
     this.#loop(exchange, first).then(
       (reply) => exchange.done(reply),
-      (error) => exchange.failed(error),
+      (error) => {
+        // While the client closes, a failure waits for the close to end (then, it is closed).
+        if (this.#quiet === undefined || this.#closed.aborted) exchange.failed(error);
+        else this.#quiet.then(() => exchange.failed(new LockError("The client is closed")));
+      },
     );
   }
 
@@ -212,6 +237,7 @@ export class Router {
     let outcome = first;
     for (;;) {
       if (outcome === undefined) {
+        if (this.#quiet !== undefined) await this.#quiet; // Closing: nothing more goes out.
         if (closed.aborted) throw new LockError("The client is closed");
         if (ex.abandoned) throw new LockError("Abandoned");
         let connection = target ?? this.#pick(op, key);

@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import { LockClient, LockError } from "../mod.ts";
 import { readLines } from "./_net.ts";
 import { waitFor, withServer } from "./_helpers.ts";
+import { delay } from "./_fake_server.ts";
 
 const encoder = new TextEncoder();
 
@@ -17,6 +18,14 @@ interface Accepted {
   lines: string[];
   /** Whether the client ended its side (a half-close or a close). */
   ended: boolean;
+}
+
+/** How {@linkcode LateGrantServer} misbehaves besides its late grant. */
+interface LateGrantOptions {
+  /** Waits this long after reading a close before it closes the connection (ms). */
+  closeDelayMs?: number;
+  /** Answers every `A <key>` with this key `E no active node` (the client retries). */
+  refuse?: string;
 }
 
 /**
@@ -29,8 +38,10 @@ class LateGrantServer implements AsyncDisposable {
   #listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   #conns = new Set<Deno.Conn>();
   #loop: Promise<void>;
+  #options: LateGrantOptions;
 
-  constructor() {
+  constructor(options: LateGrantOptions = {}) {
+    this.#options = options;
     this.#loop = this.#accept();
   }
 
@@ -64,9 +75,11 @@ class LateGrantServer implements AsyncDisposable {
       else {
         accepted.lines.push(line);
         if (op === "R") void send(`R ${key} R`);
+        if (op === "A" && key === this.#options.refuse) void send(`A ${key} E no active node`);
       }
     });
     accepted.ended = true;
+    if (this.#options.closeDelayMs) await delay(this.#options.closeDelayMs);
     // The close was read: had a release granted the queued acquire just before, its grant
     // would go out now, then the connection closes.
     if (accepted.lines.some((l) => l.startsWith("A late "))) await send("A late A 7");
@@ -119,6 +132,33 @@ Deno.test("close() with acquires queued on both connections fails them all after
   await client.close();
   await assert.rejects(late, LockError);
   await assert.rejects(quiet, LockError);
+  assert.deepEqual(server.accepted.at(-1)!.lines, ["R late 7"]);
+});
+
+Deno.test("close() draining a slow node: a wait that runs out meanwhile fails with the rest", async () => {
+  await using server = new LateGrantServer({ closeDelayMs: 400 });
+  const client = new LockClient(server.address, { connectionsPerAddress: 1 });
+  const acquiring = client.acquire("quiet", { wait: 0.1 });
+  await waitFor(() => Promise.resolve(server.lines().length === 1), "the acquire sent");
+  const started = performance.now();
+  await client.close(); // The 0.1 s wait ends during the drain: no rejection before this.
+  assert.ok(performance.now() - started >= 300, "the close waited for the node");
+  await assert.rejects(acquiring, LockError);
+});
+
+Deno.test("close() sends nothing more while it drains: a request waiting to retry fails", async () => {
+  await using server = new LateGrantServer({ closeDelayMs: 300, refuse: "again" });
+  const client = new LockClient(server.address);
+  await waitFor(() => Promise.resolve(client.connected === 2), "both connections");
+  const late = client.acquire("late", { wait: 10 });
+  const again = client.acquire("again", { wait: 10 }); // Refused: retried every few ms.
+  const tries = () => server.lines().filter((l) => l.startsWith("A again ")).length;
+  await waitFor(() => Promise.resolve(tries() >= 2), "a retry");
+  const triedBefore = tries();
+  await client.close(); // A 300 ms drain: no retry goes out meanwhile.
+  assert.equal(tries(), triedBefore, "no retry while the client closed");
+  await assert.rejects(late, LockError);
+  await assert.rejects(again, LockError);
   assert.deepEqual(server.accepted.at(-1)!.lines, ["R late 7"]);
 });
 

@@ -1063,16 +1063,20 @@ var CloseDrain = class {
   #transport;
   #grants = [];
   #ended;
-  #cancel;
-  /** Half-closes `transport` (it must have `end`). */
+  #cancel = () => {
+  };
+  /** For `transport` (it must have `end`); {@linkcode start} half-closes it. */
   constructor(transport, options) {
     this.#transport = transport;
     const ended = new Promise((resolve) => this.#ended = resolve);
-    this.#cancel = after(CLOSE_DRAIN_MS, () => this.closed(transport));
-    transport.ref?.(true);
-    transport.end();
     this.done = ended.then(() => this.#grants.length > 0 ? releaseLate(this.#grants, options) : void 0).catch(() => {
     });
+  }
+  /** Half-closes the transport (its owner routes its lines and close here first). */
+  start() {
+    this.#cancel = after(CLOSE_DRAIN_MS, () => this.closed(this.#transport));
+    this.#transport.ref?.(true);
+    this.#transport.end();
   }
   /** A line received on the draining connection: a grant is kept to be released. */
   line(text) {
@@ -1096,21 +1100,24 @@ async function releaseLate(grants, options) {
   let left = grants.length;
   let finish;
   const finished = new Promise((resolve) => finish = resolve);
+  const transport = await options.connect(options.address, {
+    line: (text) => {
+      const reply = parseReply(text);
+      if (reply?.op === "R" && (reply.status === "R" || reply.status === "N") && --left === 0) {
+        finish();
+      }
+    },
+    closed: () => finish()
+  }, AbortSignal.timeout(CLOSE_DRAIN_MS));
   const cancel = after(CLOSE_DRAIN_MS, () => finish());
   try {
-    const transport = await options.connect(options.address, {
-      line: (text) => {
-        if (parseReply(text)?.op === "R" && --left === 0) finish();
-      },
-      closed: () => finish()
-    }, AbortSignal.timeout(CLOSE_DRAIN_MS));
     if (options.hello !== void 0) transport.send(options.hello);
     for (const { key, token } of grants) transport.send(releaseLine(key, token));
     transport.ref?.(true);
     await finished;
-    transport.close();
   } finally {
     cancel();
+    transport.close();
   }
 }
 
@@ -1168,6 +1175,8 @@ var ManagedConnection = class {
   #watchAlarm = new Alarm(() => this.#watchTick());
   /** The half-close of the last transport, when the client closed with acquires queued. */
   #drain;
+  /** The client's close began: no request goes out, no transport is opened. */
+  #closing = false;
   /** The one request whose round trip is being measured, and when it was sent. */
   #timed;
   #timedAt = 0;
@@ -1186,18 +1195,21 @@ var ManagedConnection = class {
    * afterwards, all in one turn. Resolves at once when nothing is queued here.
    */
   drain() {
+    this.#closing = true;
+    this.#ready = false;
     const transport = this.#transport;
     if (transport?.end === void 0 || !((this.#pending.get("A")?.size ?? 0) > 0)) {
       return Promise.resolve();
     }
-    this.#ready = false;
+    timers.cancel(this.#watchAlarm);
     const { connect, hello } = this.#options;
-    this.#drain ??= new CloseDrain(transport, {
+    const drain = this.#drain = new CloseDrain(transport, {
       address: this.address,
       connect,
       hello: hello?.line
     });
-    return this.#drain.done;
+    drain.start();
+    return drain.done;
   }
   /** Whether requests can be sent now. */
   get up() {
@@ -1254,7 +1266,7 @@ var ManagedConnection = class {
    */
   connect() {
     if (this.up) return Promise.resolve(true);
-    if (this.#options.closed.aborted || this.#drain !== void 0) return Promise.resolve(false);
+    if (this.#options.closed.aborted || this.#closing) return Promise.resolve(false);
     this.#connecting ??= this.#open().finally(() => this.#connecting = void 0);
     return this.#connecting;
   }
@@ -1526,6 +1538,8 @@ var Router = class {
   #active;
   #options;
   #closed;
+  /** Set by {@linkcode quiesce}: resolves when the close aborts. */
+  #quiet;
   #lost;
   #hello;
   /** Whether this client speaks TLS: the nodes an `M` names are then reached with TLS. */
@@ -1552,6 +1566,10 @@ var Router = class {
   get connections() {
     return this.#connections;
   }
+  /** Whether the client's close began ({@linkcode quiesce}): requests wait for its end. */
+  get closing() {
+    return this.#quiet !== void 0;
+  }
   /** An upper bound of the one-way latency seen lately, in ms (0 before any measurement). */
   get latency() {
     return this.#latency;
@@ -1568,6 +1586,22 @@ var Router = class {
   /** Starts connecting every connection in the background. */
   start() {
     for (const connection of this.#connections) connection.connect();
+  }
+  /**
+   * The client's close began (client/close_drain.ts): until the close aborts, nothing more is
+   * sent, no connection is opened, and a request that would fail waits, so that every
+   * request fails in the turn the close ends. Resolves once every connection that had
+   * acquires queued was drained.
+   */
+  quiesce() {
+    this.#quiet ??= new Promise((resolve) => {
+      if (this.#closed.aborted) resolve();
+      else this.#closed.addEventListener("abort", () => resolve(), {
+        once: true
+      });
+    });
+    return Promise.all(this.#connections.map((c) => c.drain())).then(() => {
+    });
   }
   /**
    * Sends one request until it gets a final reply: moves to the next connection when one
@@ -1595,7 +1629,7 @@ var Router = class {
    * is up. Set its `startedAt` first.
    */
   send(exchange) {
-    if (!this.#closed.aborted && !exchange.abandoned) {
+    if (!this.#closed.aborted && this.#quiet === void 0 && !exchange.abandoned) {
       const connection = this.#pick(exchange.op, exchange.key);
       if (connection !== void 0) {
         exchange.sentOn(this, connection);
@@ -1623,7 +1657,10 @@ var Router = class {
     queueMicrotask(() => this.#retry(exchange, outcome));
   }
   #retry(exchange, first) {
-    this.#loop(exchange, first).then((reply) => exchange.done(reply), (error) => exchange.failed(error));
+    this.#loop(exchange, first).then((reply) => exchange.done(reply), (error) => {
+      if (this.#quiet === void 0 || this.#closed.aborted) exchange.failed(error);
+      else this.#quiet.then(() => exchange.failed(new LockError("The client is closed")));
+    });
   }
   /** The retry loop of {@linkcode exchange}, after a first try that did not end it. */
   async #loop(ex, first) {
@@ -1649,6 +1686,7 @@ var Router = class {
     let outcome = first;
     for (; ; ) {
       if (outcome === void 0) {
+        if (this.#quiet !== void 0) await this.#quiet;
         if (closed.aborted) throw new LockError("The client is closed");
         if (ex.abandoned) throw new LockError("Abandoned");
         let connection2 = target ?? this.#pick(op, key);
@@ -1944,6 +1982,7 @@ var AcquireRequest = class extends Exchange {
    * the next connection. @internal
    */
   fire() {
+    if (this.#ctx.router.closing) return;
     this.#ctx.track(this.#deadline(this.#connection, this.#received, this.#send));
   }
   async #deadline(connection, received, send) {
@@ -2475,7 +2514,7 @@ var LockClient = class {
     ]);
     timeout.abort();
     for (const lock of held) lock.stop();
-    await Promise.all(this.#router.connections.map((c) => c.drain()));
+    await this.#router.quiesce();
     this.#closing.abort(new LockError("The client is closed"));
     if (this.#inflight > 0) {
       await new Promise((resolve) => this.#drained = resolve);
