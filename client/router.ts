@@ -330,6 +330,7 @@ export class Router {
       .sort((a, b) => Number(b.up) - Number(a.up));
     let problem = "the client has no connection to it";
     for (const connection of connections) {
+      if (this.#quiet !== undefined) await this.#quiet; // Closing: fails when the close ends.
       if (this.#closed.aborted) throw new LockError("The client is closed");
       if (!connection.up && !(await connection.connect())) {
         if (connection.refusal !== undefined) {
@@ -348,6 +349,7 @@ export class Router {
         problem = error.message;
       }
     }
+    if (this.#quiet !== undefined) await this.#quiet;
     if (this.#closed.aborted) throw new LockError("The client is closed");
     throw new LockUnavailableError(`No usable connection to ${addressKey}: ${problem}`);
   }

@@ -1774,6 +1774,7 @@ var Router = class {
     const connections = this.#connections.filter((c) => c.address.key === addressKey).sort((a, b) => Number(b.up) - Number(a.up));
     let problem = "the client has no connection to it";
     for (const connection of connections) {
+      if (this.#quiet !== void 0) await this.#quiet;
       if (this.#closed.aborted) throw new LockError("The client is closed");
       if (!connection.up && !await connection.connect()) {
         if (connection.refusal !== void 0) {
@@ -1792,6 +1793,7 @@ var Router = class {
         problem = error.message;
       }
     }
+    if (this.#quiet !== void 0) await this.#quiet;
     if (this.#closed.aborted) throw new LockError("The client is closed");
     throw new LockUnavailableError(`No usable connection to ${addressKey}: ${problem}`);
   }
