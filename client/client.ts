@@ -37,6 +37,7 @@ import {
   type NodeStatusResult,
 } from "./inspect.ts";
 import { Router, sleep } from "./router.ts";
+import { CloseGate } from "./close_gate.ts";
 
 export type { AcquireOptions, LockClientOptions, TryAcquireOptions };
 
@@ -74,10 +75,8 @@ export class LockClient implements AsyncDisposable {
   #closed: Promise<void> | undefined;
   #locks = new Set<LockHandle>();
   #background = new Set<Promise<unknown>>();
-  /** Requests on their way (acquires, releases): `close()` waits for them to end. */
-  #inflight = 0;
-  /** Resolves `close()`'s wait once no request is on its way. */
-  #drained: (() => void) | undefined;
+  /** Requests on their way, and the rejections held back while closing. */
+  #gate = new CloseGate();
   #options: ResolvedOptions;
   #owner: LockOwner;
   #requests: RequestContext;
@@ -132,16 +131,16 @@ export class LockClient implements AsyncDisposable {
           credential: resolved.auth,
         }),
       },
+      (reject, error) => this.#gate.fail(reject, error),
     );
     this.#requests = {
       router: this.#router,
       options: this.#options,
       closed: this.#closing.signal,
       track: (promise) => this.#track(promise),
-      begin: () => void this.#inflight++,
-      end: () => {
-        if (--this.#inflight === 0 && this.#drained !== undefined) this.#drained();
-      },
+      begin: () => this.#gate.begin(),
+      end: () => this.#gate.end(),
+      fail: (reject, error) => this.#gate.fail(reject, error),
     };
     this.#owner = {
       extend: (key, token, leaseMs) => extend(this.#requests, key, token, leaseMs),
@@ -446,6 +445,7 @@ export class LockClient implements AsyncDisposable {
   }
 
   async #close(): Promise<void> {
+    this.#gate.hold(); // Every rejection waits for the end (close_gate.ts).
     const held = [...this.#locks];
     const releases = held.map((lock) => lock.release().catch(() => {}));
     const timeout = new AbortController();
@@ -455,10 +455,8 @@ export class LockClient implements AsyncDisposable {
     await this.#router.quiesce(); // close_drain.ts
     this.#closing.abort(new LockError("The client is closed"));
     // Every request on its way now fails (its connection closed): wait for them to end.
-    if (this.#inflight > 0) {
-      await new Promise<void>((resolve) => this.#drained = resolve);
-      this.#drained = undefined;
-    }
+    await this.#gate.idle();
+    this.#gate.open();
     await Promise.allSettled([...this.#background]);
   }
 

@@ -308,7 +308,8 @@ export class ManagedConnection {
           else this.#lost(transport);
         },
       }, attempt.signal);
-      if (this.#options.closed.aborted || dead) {
+      // Closed, or closing (a dial that began before the close): it carries nothing more.
+      if (this.#options.closed.aborted || dead || this.#closing) {
         transport.close();
         if (dead) this.#scheduleReconnect();
         return false;

@@ -171,6 +171,8 @@ class NodeTcpTransport implements Transport {
   #flushQueued = false;
   #closed = false;
   #ended = false;
+  /** {@linkcode end} was called: what is queued goes out, then the sending side closes. */
+  #ending = false;
   /** Fails the write in flight when the socket goes away. */
   #failWrite: ((error: Error) => void) | undefined;
   #flush = () => {
@@ -181,7 +183,10 @@ class NodeTcpTransport implements Transport {
   constructor(socket: NodeSocket, handlers: TransportHandlers) {
     this.#socket = socket;
     this.#handlers = handlers;
-    this.#writer = new LineWriter((data) => this.#write(data), { failed: () => this.close() });
+    this.#writer = new LineWriter((data) => this.#write(data), {
+      failed: () => this.close(),
+      written: () => this.#ending && this.#shutWhenWritten(),
+    });
     this.#reader = new LineReader({
       line: (text) => handlers.line(text),
       // A reply that is not UTF-8 cannot be matched: pass it on to be found malformed.
@@ -199,7 +204,7 @@ class NodeTcpTransport implements Transport {
   }
 
   send(line: string): void {
-    if (this.#closed) return;
+    if (this.#closed || this.#ending) return;
     this.#writer.push(line);
     if (!this.#flushQueued) {
       this.#flushQueued = true;
@@ -231,8 +236,14 @@ class NodeTcpTransport implements Transport {
   }
 
   end(): void {
-    if (this.#closed) return;
-    this.#writer.discard();
+    if (this.#closed || this.#ending) return;
+    this.#ending = true;
+    this.#writer.flush(); // Lines already sent by the client (a release) still go out.
+    this.#shutWhenWritten();
+  }
+
+  #shutWhenWritten(): void {
+    if (this.#closed || !this.#writer.idle) return; // The write's end calls this again.
     try {
       this.#socket.end();
     } catch {

@@ -34,6 +34,8 @@ export interface RequestContext {
   begin(): void;
   /** A request that began has ended. */
   end(): void;
+  /** Rejects: now, or, while the client closes, when its close ends (client/close_gate.ts). */
+  fail(reject: (error: unknown) => void, error: unknown): void;
 }
 
 /** What an acquire asks for, as a grant's maker sees it. */
@@ -204,7 +206,7 @@ class AcquireRequest<L> extends Exchange implements TimerEntry, AcquireParams {
     if (this.abandoned) return;
     this.abandoned = true;
     this.#cleanup();
-    this.#reject(error);
+    this.#ctx.fail(this.#reject, error);
   }
 
   #cleanup(): void {
@@ -223,14 +225,14 @@ class AcquireRequest<L> extends Exchange implements TimerEntry, AcquireParams {
     try {
       this.#resolve(this.#settle(reply));
     } catch (error) {
-      this.#reject(error);
+      this.#ctx.fail(this.#reject, error);
     }
   }
 
   failed(error: unknown): void {
     this.#cleanup();
     this.#ctx.end();
-    if (!this.abandoned) this.#reject(error);
+    if (!this.abandoned) this.#ctx.fail(this.#reject, error);
   }
 
   #settle(reply: Reply): L {
@@ -341,7 +343,10 @@ class ReleaseRequest<T extends boolean | void> extends Exchange implements Timer
   /** `releaseRetryMs` passed with no confirmation. @internal */
   fire(): void {
     this.#late = true;
-    this.#reject(new LockUnavailableError(`Release of "${this.key}" not confirmed in time`));
+    this.#ctx.fail(
+      this.#reject,
+      new LockUnavailableError(`Release of "${this.key}" not confirmed in time`),
+    );
   }
 
   done(reply: Reply): void {
@@ -350,7 +355,7 @@ class ReleaseRequest<T extends boolean | void> extends Exchange implements Timer
     timers.cancel(this);
     if (reply.status === "R" || reply.status === "N") {
       this.#resolve((this.#answer ? reply.status === "R" : undefined) as T);
-    } else this.#reject(unexpected(reply));
+    } else this.#ctx.fail(this.#reject, unexpected(reply));
   }
 
   failed(error: unknown): void {
@@ -361,7 +366,7 @@ class ReleaseRequest<T extends boolean | void> extends Exchange implements Timer
       performance.now() + options.releaseRetryIntervalMs < this.#until;
     if (!retry) {
       timers.cancel(this);
-      this.#reject(error);
+      this.#ctx.fail(this.#reject, error);
       return;
     }
     sleep(options.releaseRetryIntervalMs, closed).then(() => this.#attempt(performance.now()));

@@ -67,6 +67,7 @@ export class Router {
   #closed: AbortSignal;
   /** Set by {@linkcode quiesce}: resolves when the close aborts. */
   #quiet: Promise<void> | undefined;
+  #fail: (reject: (error: unknown) => void, error: unknown) => void;
   #lost: () => void;
   #hello: { line: string; session: string | undefined } | undefined;
   /** Whether this client speaks TLS: the nodes an `M` names are then reached with TLS. */
@@ -79,6 +80,8 @@ export class Router {
    * @param options The client's options.
    * @param closed Aborts when the client closes.
    * @param lost Called when a connection drops.
+   * @param hello The hello line sent first on every connection, if any.
+   * @param fail How {@linkcode exchange} rejects (a closing client holds rejections back).
    */
   constructor(
     addresses: readonly Address[],
@@ -86,7 +89,9 @@ export class Router {
     closed: AbortSignal,
     lost: () => void,
     hello?: { line: string; session: string | undefined },
+    fail: (reject: (error: unknown) => void, error: unknown) => void = (reject, e) => reject(e),
   ) {
+    this.#fail = fail;
     this.#options = options;
     this.#closed = closed;
     this.#lost = lost;
@@ -157,7 +162,10 @@ export class Router {
     line: (connection: ManagedConnection) => string,
   ): Promise<Reply> {
     return new Promise<Reply>((resolve, reject) => {
-      const exchange = new PromiseExchange(op, key, line, { resolve, reject });
+      const exchange = new PromiseExchange(op, key, line, {
+        resolve,
+        reject: (error) => this.#fail(reject, error),
+      });
       exchange.startedAt = performance.now();
       this.send(exchange);
     });
@@ -198,11 +206,7 @@ export class Router {
   #retry(exchange: Exchange, first: Outcome | undefined): void {
     this.#loop(exchange, first).then(
       (reply) => exchange.done(reply),
-      (error) => {
-        // While the client closes, a failure waits for the close to end (then, it is closed).
-        if (this.#quiet === undefined || this.#closed.aborted) exchange.failed(error);
-        else this.#quiet.then(() => exchange.failed(new LockError("The client is closed")));
-      },
+      (error) => exchange.failed(error),
     );
   }
 
@@ -270,6 +274,7 @@ export class Router {
           continue;
         }
         if (closed.aborted) throw new LockError("The client is closed");
+        if (this.#quiet !== undefined) continue; // The close began while it connected.
         try {
           outcome = {
             connection,

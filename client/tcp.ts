@@ -89,6 +89,8 @@ class TcpTransport implements Transport {
   #writer: LineWriter;
   #flushQueued = false;
   #closed = false;
+  /** {@linkcode end} was called: what is queued goes out, then the sending side closes. */
+  #ending = false;
   #flush = () => {
     this.#flushQueued = false;
     this.#writer.flush();
@@ -99,12 +101,15 @@ class TcpTransport implements Transport {
     this.#handlers = handlers;
     // Idle until a request is outstanding: an idle connection never keeps the process alive.
     this.ref(false);
-    this.#writer = new LineWriter((data) => conn.write(data), { failed: () => this.close() });
+    this.#writer = new LineWriter((data) => conn.write(data), {
+      failed: () => this.close(),
+      written: () => this.#ending && this.#shutWhenWritten(),
+    });
     this.#read();
   }
 
   send(line: string): void {
-    if (this.#closed) return;
+    if (this.#closed || this.#ending) return;
     this.#writer.push(line);
     if (!this.#flushQueued) {
       this.#flushQueued = true;
@@ -133,8 +138,14 @@ class TcpTransport implements Transport {
   }
 
   end(): void {
-    if (this.#closed) return;
-    this.#writer.discard();
+    if (this.#closed || this.#ending) return;
+    this.#ending = true;
+    this.#writer.flush(); // Lines already sent by the client (a release) still go out.
+    this.#shutWhenWritten();
+  }
+
+  #shutWhenWritten(): void {
+    if (this.#closed || !this.#writer.idle) return; // The write's end calls this again.
     if (this.#conn.closeWrite === undefined) this.close();
     else this.#conn.closeWrite().catch(() => this.close());
   }

@@ -180,6 +180,23 @@ Deno.test("close() with an acquire queued on lockd drops it there and ends promp
   });
 });
 
+Deno.test("close() passing its own lock to its own queued acquires rejects them only at the end", async () => {
+  await withServer({}, async (server, clients) => {
+    const raw = await clients.connect();
+    const client = new LockClient(`127.0.0.1:${server.port}`);
+    await client.acquire("own", { lease: 30 });
+    const queued = [client.acquire("own", { wait: 10 }), client.acquire("own", { wait: 10 })];
+    await waitFor(
+      async () => (await raw.request("I own"))?.split(" ")[5] === "2",
+      "both acquires to queue behind the client's own lock",
+    );
+    // close() releases the lock: lockd grants it to the first queued acquire at once.
+    await client.close();
+    for (const pending of queued) await assert.rejects(pending, LockError);
+    await waitFor(async () => (await raw.request("I own")) === "I own F", "own to be free");
+  });
+});
+
 Deno.test("close() racing a release of the key it waits for leaves the key free", async () => {
   await withServer({}, async (server, clients) => {
     const raw = await clients.connect();

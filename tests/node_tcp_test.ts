@@ -188,15 +188,18 @@ Deno.test("node_tcp: end() half-closes: nothing more is sent, lines still arrive
   transport.send("A k 30 5");
   await turn();
   socket.complete();
-  transport.send("R other 1"); // Queued in the same turn as the end: never sent.
+  transport.send("R other 1"); // Queued in the same turn as the end: still sent, first.
   transport.end!();
+  await turn();
+  assert.deepEqual(socket.writes, ["A k 30 5\n", "R other 1\n"]);
+  assert.equal(socket.ended, 0, "the sending side closes once the write is taken");
+  socket.complete();
   await turn();
   assert.equal(socket.ended, 1);
   assert.equal(socket.destroyed, 0, "the socket stays open for reading");
-  assert.deepEqual(socket.writes, ["A k 30 5\n"]);
   transport.send("A late 30 0");
   await turn();
-  assert.equal(socket.writes.length, 1, "nothing is written after end()");
+  assert.equal(socket.writes.length, 2, "nothing is written after end()");
   socket.emit("data", new TextEncoder().encode("A k A 9\n"));
   assert.deepEqual(lines, ["A k A 9"]);
   assert.equal(closed(), 0);

@@ -1342,7 +1342,7 @@ var ManagedConnection = class {
           else this.#lost(transport);
         }
       }, attempt.signal);
-      if (this.#options.closed.aborted || dead) {
+      if (this.#options.closed.aborted || dead || this.#closing) {
         transport.close();
         if (dead) this.#scheduleReconnect();
         return false;
@@ -1540,6 +1540,7 @@ var Router = class {
   #closed;
   /** Set by {@linkcode quiesce}: resolves when the close aborts. */
   #quiet;
+  #fail;
   #lost;
   #hello;
   /** Whether this client speaks TLS: the nodes an `M` names are then reached with TLS. */
@@ -1551,8 +1552,11 @@ var Router = class {
    * @param options The client's options.
    * @param closed Aborts when the client closes.
    * @param lost Called when a connection drops.
+   * @param hello The hello line sent first on every connection, if any.
+   * @param fail How {@linkcode exchange} rejects (a closing client holds rejections back).
    */
-  constructor(addresses, options, closed, lost, hello) {
+  constructor(addresses, options, closed, lost, hello, fail = (reject, e) => reject(e)) {
+    this.#fail = fail;
     this.#options = options;
     this.#closed = closed;
     this.#lost = lost;
@@ -1617,7 +1621,7 @@ var Router = class {
     return new Promise((resolve, reject) => {
       const exchange = new PromiseExchange(op, key, line, {
         resolve,
-        reject
+        reject: (error) => this.#fail(reject, error)
       });
       exchange.startedAt = performance.now();
       this.send(exchange);
@@ -1657,10 +1661,7 @@ var Router = class {
     queueMicrotask(() => this.#retry(exchange, outcome));
   }
   #retry(exchange, first) {
-    this.#loop(exchange, first).then((reply) => exchange.done(reply), (error) => {
-      if (this.#quiet === void 0 || this.#closed.aborted) exchange.failed(error);
-      else this.#quiet.then(() => exchange.failed(new LockError("The client is closed")));
-    });
+    this.#loop(exchange, first).then((reply) => exchange.done(reply), (error) => exchange.failed(error));
   }
   /** The retry loop of {@linkcode exchange}, after a first try that did not end it. */
   async #loop(ex, first) {
@@ -1714,6 +1715,7 @@ var Router = class {
           continue;
         }
         if (closed.aborted) throw new LockError("The client is closed");
+        if (this.#quiet !== void 0) continue;
         try {
           outcome = {
             connection: connection2,
@@ -1999,7 +2001,7 @@ var AcquireRequest = class extends Exchange {
     if (this.abandoned) return;
     this.abandoned = true;
     this.#cleanup();
-    this.#reject(error);
+    this.#ctx.fail(this.#reject, error);
   }
   #cleanup() {
     timers.cancel(this);
@@ -2015,13 +2017,13 @@ var AcquireRequest = class extends Exchange {
     try {
       this.#resolve(this.#settle(reply));
     } catch (error) {
-      this.#reject(error);
+      this.#ctx.fail(this.#reject, error);
     }
   }
   failed(error) {
     this.#cleanup();
     this.#ctx.end();
-    if (!this.abandoned) this.#reject(error);
+    if (!this.abandoned) this.#ctx.fail(this.#reject, error);
   }
   #settle(reply) {
     if (reply.status === "A") {
@@ -2089,7 +2091,7 @@ var ReleaseRequest = class extends Exchange {
   /** `releaseRetryMs` passed with no confirmation. @internal */
   fire() {
     this.#late = true;
-    this.#reject(new LockUnavailableError(`Release of "${this.key}" not confirmed in time`));
+    this.#ctx.fail(this.#reject, new LockUnavailableError(`Release of "${this.key}" not confirmed in time`));
   }
   done(reply) {
     this.#ctx.end();
@@ -2097,7 +2099,7 @@ var ReleaseRequest = class extends Exchange {
     timers.cancel(this);
     if (reply.status === "R" || reply.status === "N") {
       this.#resolve(this.#answer ? reply.status === "R" : void 0);
-    } else this.#reject(unexpected(reply));
+    } else this.#ctx.fail(this.#reject, unexpected(reply));
   }
   failed(error) {
     this.#ctx.end();
@@ -2106,7 +2108,7 @@ var ReleaseRequest = class extends Exchange {
     const retry = error instanceof LockUnavailableError && !closed.aborted && performance.now() + options.releaseRetryIntervalMs < this.#until;
     if (!retry) {
       timers.cancel(this);
-      this.#reject(error);
+      this.#ctx.fail(this.#reject, error);
       return;
     }
     sleep(options.releaseRetryIntervalMs, closed).then(() => this.#attempt(performance.now()));
@@ -2185,6 +2187,42 @@ function nodeStatuses(router, addresses) {
   }));
 }
 
+// client/close_gate.ts
+var CloseGate = class {
+  #inflight = 0;
+  #idle;
+  /** Rejections held since `close()` began; `undefined` while open or once closed. */
+  #held;
+  /** A request is on its way. */
+  begin() {
+    this.#inflight++;
+  }
+  /** A request that began has ended. */
+  end() {
+    if (--this.#inflight === 0) this.#idle?.();
+  }
+  /** Rejects with `error` now, or, while the client closes, when `close()` ends. */
+  fail(reject, error) {
+    if (this.#held === void 0) reject(error);
+    else this.#held.push(() => reject(error));
+  }
+  /** `close()` began: rejections wait from now on. */
+  hold() {
+    this.#held ??= [];
+  }
+  /** Resolves once no request is on its way. */
+  async idle() {
+    if (this.#inflight > 0) await new Promise((resolve) => this.#idle = resolve);
+    this.#idle = void 0;
+  }
+  /** `close()` ends: the held rejections happen now, and later ones at once. */
+  open() {
+    const held = this.#held ?? [];
+    this.#held = void 0;
+    for (const reject of held) reject();
+  }
+};
+
 // client/client.ts
 var clientInternals = /* @__PURE__ */ new WeakMap();
 var LockClient = class {
@@ -2193,10 +2231,8 @@ var LockClient = class {
   #closed;
   #locks = /* @__PURE__ */ new Set();
   #background = /* @__PURE__ */ new Set();
-  /** Requests on their way (acquires, releases): `close()` waits for them to end. */
-  #inflight = 0;
-  /** Resolves `close()`'s wait once no request is on its way. */
-  #drained;
+  /** Requests on their way, and the rejections held back while closing. */
+  #gate = new CloseGate();
   #options;
   #owner;
   #requests;
@@ -2249,16 +2285,15 @@ var LockClient = class {
         name: resolved.name ?? `client-${session.slice(0, 8)}`,
         credential: resolved.auth
       })
-    });
+    }, (reject, error) => this.#gate.fail(reject, error));
     this.#requests = {
       router: this.#router,
       options: this.#options,
       closed: this.#closing.signal,
       track: (promise) => this.#track(promise),
-      begin: () => void this.#inflight++,
-      end: () => {
-        if (--this.#inflight === 0 && this.#drained !== void 0) this.#drained();
-      }
+      begin: () => this.#gate.begin(),
+      end: () => this.#gate.end(),
+      fail: (reject, error) => this.#gate.fail(reject, error)
     };
     this.#owner = {
       extend: (key, token, leaseMs) => extend(this.#requests, key, token, leaseMs),
@@ -2504,6 +2539,7 @@ var LockClient = class {
     return this.close();
   }
   async #close() {
+    this.#gate.hold();
     const held = [
       ...this.#locks
     ];
@@ -2518,10 +2554,8 @@ var LockClient = class {
     for (const lock of held) lock.stop();
     await this.#router.quiesce();
     this.#closing.abort(new LockError("The client is closed"));
-    if (this.#inflight > 0) {
-      await new Promise((resolve) => this.#drained = resolve);
-      this.#drained = void 0;
-    }
+    await this.#gate.idle();
+    this.#gate.open();
     await Promise.allSettled([
       ...this.#background
     ]);
