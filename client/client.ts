@@ -146,6 +146,7 @@ export class LockClient implements AsyncDisposable {
       extend: (key, token, leaseMs) => extend(this.#requests, key, token, leaseMs),
       release: (key, token) => releaseLock(this.#requests, key, token),
       forget: (lock) => this.#locks.delete(lock as LockHandle),
+      settle: (promise) => this.#gate.settle(promise),
     };
     this.#router.start();
     clientInternals.set(this, {
@@ -483,7 +484,7 @@ export class LockClient implements AsyncDisposable {
   #call<T>(fn: () => Promise<T>): Promise<T> {
     if (this.#closed !== undefined) return Promise.reject(new LockError("The client is closed"));
     try {
-      return fn();
+      return this.#gate.settle(fn());
     } catch (error) {
       return Promise.reject(error);
     }

@@ -1,15 +1,15 @@
 /**
- * Closing a connection that has acquires queued on the server without leaving a grant
- * behind (docs/client.md, "Held locks"). The server drops a connection's queued acquires
- * once it reads its close (docs/protocol.md, "Semantics"), but a release from elsewhere may
- * grant one of them just before: closed at once, the client would never see that grant, and
- * the key would stay held until its lease ends. So such a connection is half-closed
- * instead: the client stops sending and keeps reading until the server closes it; every
- * grant the server made before it read the close arrives, and each is released on a fresh
- * connection to the same node (never handed to its request). Both steps are bounded by
- * {@linkcode CLOSE_DRAIN_MS}. The requests stay outstanding meanwhile: the client fails
- * them all afterwards, in one turn, so that awaiting `close()` before handling a pending
- * acquire's rejection keeps working.
+ * Closing a connection that has requests outstanding without leaving a grant behind
+ * (docs/client.md, "Held locks"). The server drops a connection's queued acquires once it
+ * reads its close (docs/protocol.md, "Semantics"), but a release from elsewhere may grant
+ * one of them just before: closed at once, the client would never see that grant, and the
+ * key would stay held until its lease ends. So such a connection is half-closed instead
+ * (its queued lines written first): the client stops sending and keeps reading until the
+ * server closes it. Replies still reach their requests; every grant the server made before
+ * it read the close arrives and is released on a fresh connection to the same node (never
+ * handed to its request). Both steps are bounded by {@linkcode CLOSE_DRAIN_MS}. The
+ * client's close gate (close_gate.ts) holds every rejection meanwhile, so that awaiting
+ * `close()` before handling a pending acquire's rejection keeps working.
  *
  * @module
  */
@@ -59,12 +59,9 @@ export class CloseDrain {
     this.#transport.end!();
   }
 
-  /** A line received on the draining connection: a grant is kept to be released. */
-  line(text: string): void {
-    const reply = parseReply(text);
-    if (reply?.op === "A" && reply.status === "A" && reply.token !== undefined) {
-      this.#grants.push({ key: reply.key, token: reply.token });
-    }
+  /** A grant received on the draining connection: kept to be released (never handed on). */
+  take(key: string, token: bigint): void {
+    this.#grants.push({ key, token });
   }
 
   /** `transport` closed (or the bound passed): the drain is over. */

@@ -31,6 +31,11 @@ export class CloseGate {
     else this.#held.push(() => reject(error));
   }
 
+  /** `promise`, but a rejection goes through {@linkcode fail} (a public method's result). */
+  settle<T>(promise: Promise<T>): Promise<T> {
+    return promise.catch((error) => new Promise<T>((_, reject) => this.fail(reject, error)));
+  }
+
   /** `close()` began: rejections wait from now on. */
   hold(): void {
     this.#held ??= [];

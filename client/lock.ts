@@ -17,6 +17,8 @@ export interface LockOwner {
   release(key: string, token: bigint): Promise<void>;
   /** Forgets a lock that is released or lost. */
   forget(lock: LockHandle): void;
+  /** Passes a public result through the client's close (its rejection waits for the end). */
+  settle<T>(promise: Promise<T>): Promise<T>;
 }
 
 /** Options of a lock's life, from the acquire. Internal. */
@@ -227,7 +229,11 @@ export class LockHandle implements Lock {
    * @throws {LockRejectedError} The server refused it (e.g. above its `--max-lease`).
    * @throws {TypeError} For a lease that is not a positive number, or after `release()`.
    */
-  async extend(lease: number = this.lease): Promise<void> {
+  extend(lease: number = this.lease): Promise<void> {
+    return this.#owner.settle(this.#extendBy(lease));
+  }
+
+  async #extendBy(lease: number): Promise<void> {
     if (!(lease > 0) || !Number.isFinite(lease)) {
       throw new TypeError(`lease must be a positive number of seconds, got ${lease}`);
     }

@@ -133,19 +133,18 @@ export class ManagedConnection {
   }
 
   /**
-   * The first step of the client's close (client/close_drain.ts): with acquires queued here,
-   * stops using the connection, half-closes it and reads it to its end, then releases the
-   * grants that came meanwhile. Its requests stay outstanding: the close's abort fails them
-   * afterwards, all in one turn. Resolves at once when nothing is queued here.
+   * The first step of the client's close (client/close_drain.ts): with requests outstanding
+   * here (an acquire queued, a release on its way), stops using the connection, half-closes
+   * it and reads it to its end: replies still reach their requests, and grants are released
+   * on a fresh connection. What is left outstanding fails at the close's abort. Resolves at
+   * once when nothing is outstanding here.
    */
   drain(): Promise<void> {
     this.#closing = true;
     this.#ready = false;
     const transport = this.#transport;
-    if (transport?.end === undefined || !((this.#pending.get("A")?.size ?? 0) > 0)) {
-      return Promise.resolve();
-    }
-    // Silence is expected now (lines go to the drain): the watch must not cut it short.
+    if (transport?.end === undefined || this.#outstanding === 0) return Promise.resolve();
+    // Silence is expected now (the node answers, then closes): the watch must not cut it short.
     timers.cancel(this.#watchAlarm);
     const { connect, hello } = this.#options;
     const drain = this.#drain = new CloseDrain(transport, {
@@ -300,7 +299,7 @@ export class ManagedConnection {
     let dead = false;
     try {
       transport = await this.#options.connect(this.address, {
-        line: (text) => this.#drain === undefined ? this.#reply(text) : this.#drain.line(text),
+        line: (text) => this.#reply(text),
         closed: () => {
           dead = true;
           if (transport === undefined) return;
@@ -418,6 +417,9 @@ export class ManagedConnection {
     const key = reply.op === "HELLO" ? "" : reply.key;
     const byKey = this.#pending.get(reply.op);
     const receiver = byKey?.get(key);
+    // A grant while the client's close drains this connection: released on a fresh one.
+    const late = this.#drain !== undefined && reply.op === "A" && reply.status === "A";
+    if (late) this.#drain!.take(reply.key, reply.token!);
     if (receiver === undefined) {
       // `- - E ...` (too many connections, line too long) precedes a close: keep the reason.
       if (reply.status === "E") this.#lastError = reply.text;
@@ -435,7 +437,8 @@ export class ManagedConnection {
       this.#timed = undefined;
       this.#options.roundTrip(performance.now() - this.#timedAt);
     }
-    receiver.replied(reply);
+    if (late) receiver.lost(new ConnectionLost(this.address.key, "client closed"));
+    else receiver.replied(reply);
   }
 
   #lost(transport: Transport): void {

@@ -69,7 +69,8 @@ export interface TransportHandlers {
 
 /**
  * Opens a transport to `address`; rejects if it cannot connect. Give one to
- * `LockClient` (`connect` option) to carry the protocol over something else.
+ * `LockClient` (`connect` option) to carry the protocol over something else. It must end
+ * (connected or rejected) soon after `signal` aborts: `close()` waits for attempts on their way.
  *
  * @example Wrap the default TCP/WebSocket connector
  * ```ts

@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { LockClient, LockError } from "../mod.ts";
+import { LockClient, LockError, LockRejectedError } from "../mod.ts";
 import { readLines } from "./_net.ts";
 import { waitFor, withServer } from "./_helpers.ts";
 import { delay } from "./_fake_server.ts";
@@ -194,6 +194,28 @@ Deno.test("close() passing its own lock to its own queued acquires rejects them 
     await client.close();
     for (const pending of queued) await assert.rejects(pending, LockError);
     await waitFor(async () => (await raw.request("I own")) === "I own F", "own to be free");
+  });
+});
+
+Deno.test("close(): an extend answered E or N while it closes rejects only at the end", async () => {
+  await withServer({}, async (server, clients) => {
+    const raw = await clients.connect();
+    const client = new LockClient(`127.0.0.1:${server.port}`);
+    const lock = await client.acquire("ext", { lease: 30 });
+    const queued = client.acquire("ext", { wait: 10 }); // A connection to drain.
+    await waitFor(async () => (await raw.request("I ext"))?.split(" ")[5] === "1", "queued");
+    const pending = [
+      client.extend("ext", lock.token, 100_000_000), // Over --max-lease: E.
+      lock.extend(100_000_000),
+      client.extend("other", 1n, 10), // Not held: N, then false.
+    ];
+    await client.close();
+    // Every handler at once, right after close() (a later one would come too late anyway).
+    const [e1, e2, n, q] = await Promise.allSettled([...pending, queued]);
+    assert.ok(e1.status === "rejected" && e1.reason instanceof LockRejectedError, String(e1));
+    assert.ok(e2.status === "rejected" && e2.reason instanceof LockRejectedError, String(e2));
+    assert.deepEqual(n, { status: "fulfilled", value: false });
+    assert.ok(q.status === "rejected" && q.reason instanceof LockError, String(q));
   });
 });
 

@@ -800,7 +800,10 @@ var LockHandle = class {
    * @throws {LockRejectedError} The server refused it (e.g. above its `--max-lease`).
    * @throws {TypeError} For a lease that is not a positive number, or after `release()`.
    */
-  async extend(lease = this.lease) {
+  extend(lease = this.lease) {
+    return this.#owner.settle(this.#extendBy(lease));
+  }
+  async #extendBy(lease) {
     if (!(lease > 0) || !Number.isFinite(lease)) {
       throw new TypeError(`lease must be a positive number of seconds, got ${lease}`);
     }
@@ -1078,15 +1081,12 @@ var CloseDrain = class {
     this.#transport.ref?.(true);
     this.#transport.end();
   }
-  /** A line received on the draining connection: a grant is kept to be released. */
-  line(text) {
-    const reply = parseReply(text);
-    if (reply?.op === "A" && reply.status === "A" && reply.token !== void 0) {
-      this.#grants.push({
-        key: reply.key,
-        token: reply.token
-      });
-    }
+  /** A grant received on the draining connection: kept to be released (never handed on). */
+  take(key, token) {
+    this.#grants.push({
+      key,
+      token
+    });
   }
   /** `transport` closed (or the bound passed): the drain is over. */
   closed(transport) {
@@ -1189,18 +1189,17 @@ var ManagedConnection = class {
     });
   }
   /**
-   * The first step of the client's close (client/close_drain.ts): with acquires queued here,
-   * stops using the connection, half-closes it and reads it to its end, then releases the
-   * grants that came meanwhile. Its requests stay outstanding: the close's abort fails them
-   * afterwards, all in one turn. Resolves at once when nothing is queued here.
+   * The first step of the client's close (client/close_drain.ts): with requests outstanding
+   * here (an acquire queued, a release on its way), stops using the connection, half-closes
+   * it and reads it to its end: replies still reach their requests, and grants are released
+   * on a fresh connection. What is left outstanding fails at the close's abort. Resolves at
+   * once when nothing is outstanding here.
    */
   drain() {
     this.#closing = true;
     this.#ready = false;
     const transport = this.#transport;
-    if (transport?.end === void 0 || !((this.#pending.get("A")?.size ?? 0) > 0)) {
-      return Promise.resolve();
-    }
+    if (transport?.end === void 0 || this.#outstanding === 0) return Promise.resolve();
     timers.cancel(this.#watchAlarm);
     const { connect, hello } = this.#options;
     const drain = this.#drain = new CloseDrain(transport, {
@@ -1334,7 +1333,7 @@ var ManagedConnection = class {
     let dead = false;
     try {
       transport = await this.#options.connect(this.address, {
-        line: (text) => this.#drain === void 0 ? this.#reply(text) : this.#drain.line(text),
+        line: (text) => this.#reply(text),
         closed: () => {
           dead = true;
           if (transport === void 0) return;
@@ -1439,6 +1438,8 @@ var ManagedConnection = class {
     const key = reply.op === "HELLO" ? "" : reply.key;
     const byKey = this.#pending.get(reply.op);
     const receiver = byKey?.get(key);
+    const late = this.#drain !== void 0 && reply.op === "A" && reply.status === "A";
+    if (late) this.#drain.take(reply.key, reply.token);
     if (receiver === void 0) {
       if (reply.status === "E") this.#lastError = reply.text;
       return;
@@ -1455,7 +1456,8 @@ var ManagedConnection = class {
       this.#timed = void 0;
       this.#options.roundTrip(performance.now() - this.#timedAt);
     }
-    receiver.replied(reply);
+    if (late) receiver.lost(new ConnectionLost(this.address.key, "client closed"));
+    else receiver.replied(reply);
   }
   #lost(transport) {
     if (this.#transport !== transport) return;
@@ -2206,6 +2208,10 @@ var CloseGate = class {
     if (this.#held === void 0) reject(error);
     else this.#held.push(() => reject(error));
   }
+  /** `promise`, but a rejection goes through {@linkcode fail} (a public method's result). */
+  settle(promise) {
+    return promise.catch((error) => new Promise((_, reject) => this.fail(reject, error)));
+  }
   /** `close()` began: rejections wait from now on. */
   hold() {
     this.#held ??= [];
@@ -2298,7 +2304,8 @@ var LockClient = class {
     this.#owner = {
       extend: (key, token, leaseMs) => extend(this.#requests, key, token, leaseMs),
       release: (key, token) => releaseLock(this.#requests, key, token),
-      forget: (lock) => this.#locks.delete(lock)
+      forget: (lock) => this.#locks.delete(lock),
+      settle: (promise) => this.#gate.settle(promise)
     };
     this.#router.start();
     clientInternals.set(this, {
@@ -2582,7 +2589,7 @@ var LockClient = class {
   #call(fn) {
     if (this.#closed !== void 0) return Promise.reject(new LockError("The client is closed"));
     try {
-      return fn();
+      return this.#gate.settle(fn());
     } catch (error) {
       return Promise.reject(error);
     }
