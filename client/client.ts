@@ -131,7 +131,6 @@ export class LockClient implements AsyncDisposable {
           credential: resolved.auth,
         }),
       },
-      (reject, error) => this.#gate.fail(reject, error),
     );
     this.#requests = {
       router: this.#router,

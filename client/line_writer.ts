@@ -55,6 +55,9 @@ const POOL_MAX = 256;
 const pool: Uint8Array[] = [];
 const encoder = new TextEncoder();
 
+/** What {@linkcode LineWriter.end}'s callback becomes once called. */
+const ENDED = () => {};
+
 /** Queues lines and writes them in batches. */
 export class LineWriter {
   #write: WriteBytes;
@@ -70,6 +73,8 @@ export class LineWriter {
   /** When the write in flight began (`performance.now()`), while one is. */
   #writingSince = 0;
   #failed = false;
+  /** Set by {@linkcode end}: called once the last write is done (then a no-op). */
+  #shut: (() => void) | undefined;
 
   /** @param write Writes bytes. @param events What to tell the owner. */
   constructor(write: WriteBytes, events: LineWriterEvents) {
@@ -102,7 +107,7 @@ export class LineWriter {
 
   /** Queues one line (without `\n`); it goes out at the next {@linkcode flush}. */
   push(line: string): void {
-    if (this.#failed) return;
+    if (this.#failed || this.#shut !== undefined) return;
     this.#out.push(line);
     this.#outUnits += line.length + 1;
     this.#held += line.length + 1;
@@ -120,6 +125,24 @@ export class LineWriter {
     this.#writing = true;
     if (this.#events.timed) this.#writingSince = performance.now();
     this.#send(data, units);
+  }
+
+  /**
+   * Writes what is queued, takes no more lines, and calls `shut` once no write is in flight
+   * (a half-close: the sending side may close then). Not called if a write fails.
+   */
+  end(shut: () => void): void {
+    if (this.#failed || this.#shut !== undefined) return;
+    this.#shut = shut;
+    this.flush();
+    this.#shutIfIdle();
+  }
+
+  #shutIfIdle(): void {
+    const shut = this.#shut;
+    if (shut === undefined || shut === ENDED || this.#writing) return;
+    this.#shut = ENDED;
+    shut();
   }
 
   /** Drops what is queued and writes nothing more. */
@@ -152,6 +175,7 @@ export class LineWriter {
     if (this.#failed) return;
     this.flush();
     this.#events.written?.(units);
+    this.#shutIfIdle();
   }
 
   /** Encodes `text` into a buffer borrowed from the pool (or a fresh one for a big text). */

@@ -171,8 +171,6 @@ class NodeTcpTransport implements Transport {
   #flushQueued = false;
   #closed = false;
   #ended = false;
-  /** {@linkcode end} was called: what is queued goes out, then the sending side closes. */
-  #ending = false;
   /** Fails the write in flight when the socket goes away. */
   #failWrite: ((error: Error) => void) | undefined;
   #flush = () => {
@@ -185,7 +183,6 @@ class NodeTcpTransport implements Transport {
     this.#handlers = handlers;
     this.#writer = new LineWriter((data) => this.#write(data), {
       failed: () => this.close(),
-      written: () => this.#ending && this.#shutWhenWritten(),
     });
     this.#reader = new LineReader({
       line: (text) => handlers.line(text),
@@ -204,7 +201,7 @@ class NodeTcpTransport implements Transport {
   }
 
   send(line: string): void {
-    if (this.#closed || this.#ending) return;
+    if (this.#closed) return;
     this.#writer.push(line);
     if (!this.#flushQueued) {
       this.#flushQueued = true;
@@ -236,20 +233,17 @@ class NodeTcpTransport implements Transport {
   }
 
   end(): void {
-    if (this.#closed || this.#ending) return;
-    this.#ending = true;
-    this.#writer.flush(); // Lines already sent by the client (a release) still go out.
-    this.#shutWhenWritten();
-  }
-
-  #shutWhenWritten(): void {
-    if (this.#closed || !this.#writer.idle) return; // The write's end calls this again.
-    try {
-      this.#socket.end();
-    } catch {
-      // Gone already: close at once.
-      this.close();
-    }
+    if (this.#closed) return;
+    // Lines already sent by the client (a release) still go out; then the sending side closes.
+    this.#writer.end(() => {
+      if (this.#closed) return;
+      try {
+        this.#socket.end();
+      } catch {
+        // Gone already: close at once.
+        this.close();
+      }
+    });
   }
 
   /** The socket is gone (an error, the peer, or us): tell the client once. */

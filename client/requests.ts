@@ -184,8 +184,6 @@ class AcquireRequest<L> extends Exchange implements TimerEntry, AcquireParams {
    * the next connection. @internal
    */
   fire(): void {
-    // The client is closing: its close fails this request with the others, in one turn.
-    if (this.#ctx.router.closing) return;
     this.#ctx.track(this.#deadline(this.#connection!, this.#received, this.#send));
   }
 

@@ -67,7 +67,6 @@ export class Router {
   #closed: AbortSignal;
   /** Set by {@linkcode quiesce}: resolves when the close aborts. */
   #quiet: Promise<void> | undefined;
-  #fail: (reject: (error: unknown) => void, error: unknown) => void;
   #lost: () => void;
   #hello: { line: string; session: string | undefined } | undefined;
   /** Whether this client speaks TLS: the nodes an `M` names are then reached with TLS. */
@@ -81,7 +80,6 @@ export class Router {
    * @param closed Aborts when the client closes.
    * @param lost Called when a connection drops.
    * @param hello The hello line sent first on every connection, if any.
-   * @param fail How {@linkcode exchange} rejects (a closing client holds rejections back).
    */
   constructor(
     addresses: readonly Address[],
@@ -89,9 +87,7 @@ export class Router {
     closed: AbortSignal,
     lost: () => void,
     hello?: { line: string; session: string | undefined },
-    fail: (reject: (error: unknown) => void, error: unknown) => void = (reject, e) => reject(e),
   ) {
-    this.#fail = fail;
     this.#options = options;
     this.#closed = closed;
     this.#lost = lost;
@@ -105,11 +101,6 @@ export class Router {
   /** Every managed connection. */
   get connections(): readonly ManagedConnection[] {
     return this.#connections;
-  }
-
-  /** Whether the client's close began ({@linkcode quiesce}): requests wait for its end. */
-  get closing(): boolean {
-    return this.#quiet !== undefined;
   }
 
   /** An upper bound of the one-way latency seen lately, in ms (0 before any measurement). */
@@ -134,9 +125,8 @@ export class Router {
 
   /**
    * The client's close began (client/close_drain.ts): until the close aborts, nothing more is
-   * sent, no connection is opened, and a request that would fail waits, so that every
-   * request fails in the turn the close ends. Resolves once every connection that had
-   * acquires queued was drained.
+   * sent and no connection is opened; a request that would retry waits for the abort.
+   * Resolves once every connection with requests outstanding was drained.
    */
   quiesce(): Promise<void> {
     this.#quiet ??= new Promise<void>((resolve) => {
@@ -162,10 +152,7 @@ export class Router {
     line: (connection: ManagedConnection) => string,
   ): Promise<Reply> {
     return new Promise<Reply>((resolve, reject) => {
-      const exchange = new PromiseExchange(op, key, line, {
-        resolve,
-        reject: (error) => this.#fail(reject, error),
-      });
+      const exchange = new PromiseExchange(op, key, line, { resolve, reject });
       exchange.startedAt = performance.now();
       this.send(exchange);
     });
@@ -335,7 +322,6 @@ export class Router {
       .sort((a, b) => Number(b.up) - Number(a.up));
     let problem = "the client has no connection to it";
     for (const connection of connections) {
-      if (this.#quiet !== undefined) await this.#quiet; // Closing: fails when the close ends.
       if (this.#closed.aborted) throw new LockError("The client is closed");
       if (!connection.up && !(await connection.connect())) {
         if (connection.refusal !== undefined) {
@@ -354,7 +340,6 @@ export class Router {
         problem = error.message;
       }
     }
-    if (this.#quiet !== undefined) await this.#quiet;
     if (this.#closed.aborted) throw new LockError("The client is closed");
     throw new LockUnavailableError(`No usable connection to ${addressKey}: ${problem}`);
   }

@@ -89,8 +89,6 @@ class TcpTransport implements Transport {
   #writer: LineWriter;
   #flushQueued = false;
   #closed = false;
-  /** {@linkcode end} was called: what is queued goes out, then the sending side closes. */
-  #ending = false;
   #flush = () => {
     this.#flushQueued = false;
     this.#writer.flush();
@@ -103,13 +101,12 @@ class TcpTransport implements Transport {
     this.ref(false);
     this.#writer = new LineWriter((data) => conn.write(data), {
       failed: () => this.close(),
-      written: () => this.#ending && this.#shutWhenWritten(),
     });
     this.#read();
   }
 
   send(line: string): void {
-    if (this.#closed || this.#ending) return;
+    if (this.#closed) return;
     this.#writer.push(line);
     if (!this.#flushQueued) {
       this.#flushQueued = true;
@@ -138,16 +135,13 @@ class TcpTransport implements Transport {
   }
 
   end(): void {
-    if (this.#closed || this.#ending) return;
-    this.#ending = true;
-    this.#writer.flush(); // Lines already sent by the client (a release) still go out.
-    this.#shutWhenWritten();
-  }
-
-  #shutWhenWritten(): void {
-    if (this.#closed || !this.#writer.idle) return; // The write's end calls this again.
-    if (this.#conn.closeWrite === undefined) this.close();
-    else this.#conn.closeWrite().catch(() => this.close());
+    if (this.#closed) return;
+    // Lines already sent by the client (a release) still go out; then the sending side closes.
+    this.#writer.end(() => {
+      if (this.#closed) return;
+      if (this.#conn.closeWrite === undefined) this.close();
+      else this.#conn.closeWrite().catch(() => this.close());
+    });
   }
 
   async #read(): Promise<void> {

@@ -1542,7 +1542,6 @@ var Router = class {
   #closed;
   /** Set by {@linkcode quiesce}: resolves when the close aborts. */
   #quiet;
-  #fail;
   #lost;
   #hello;
   /** Whether this client speaks TLS: the nodes an `M` names are then reached with TLS. */
@@ -1555,10 +1554,8 @@ var Router = class {
    * @param closed Aborts when the client closes.
    * @param lost Called when a connection drops.
    * @param hello The hello line sent first on every connection, if any.
-   * @param fail How {@linkcode exchange} rejects (a closing client holds rejections back).
    */
-  constructor(addresses, options, closed, lost, hello, fail = (reject, e) => reject(e)) {
-    this.#fail = fail;
+  constructor(addresses, options, closed, lost, hello) {
     this.#options = options;
     this.#closed = closed;
     this.#lost = lost;
@@ -1571,10 +1568,6 @@ var Router = class {
   /** Every managed connection. */
   get connections() {
     return this.#connections;
-  }
-  /** Whether the client's close began ({@linkcode quiesce}): requests wait for its end. */
-  get closing() {
-    return this.#quiet !== void 0;
   }
   /** An upper bound of the one-way latency seen lately, in ms (0 before any measurement). */
   get latency() {
@@ -1595,9 +1588,8 @@ var Router = class {
   }
   /**
    * The client's close began (client/close_drain.ts): until the close aborts, nothing more is
-   * sent, no connection is opened, and a request that would fail waits, so that every
-   * request fails in the turn the close ends. Resolves once every connection that had
-   * acquires queued was drained.
+   * sent and no connection is opened; a request that would retry waits for the abort.
+   * Resolves once every connection with requests outstanding was drained.
    */
   quiesce() {
     this.#quiet ??= new Promise((resolve) => {
@@ -1623,7 +1615,7 @@ var Router = class {
     return new Promise((resolve, reject) => {
       const exchange = new PromiseExchange(op, key, line, {
         resolve,
-        reject: (error) => this.#fail(reject, error)
+        reject
       });
       exchange.startedAt = performance.now();
       this.send(exchange);
@@ -1778,7 +1770,6 @@ var Router = class {
     const connections = this.#connections.filter((c) => c.address.key === addressKey).sort((a, b) => Number(b.up) - Number(a.up));
     let problem = "the client has no connection to it";
     for (const connection of connections) {
-      if (this.#quiet !== void 0) await this.#quiet;
       if (this.#closed.aborted) throw new LockError("The client is closed");
       if (!connection.up && !await connection.connect()) {
         if (connection.refusal !== void 0) {
@@ -1797,7 +1788,6 @@ var Router = class {
         problem = error.message;
       }
     }
-    if (this.#quiet !== void 0) await this.#quiet;
     if (this.#closed.aborted) throw new LockError("The client is closed");
     throw new LockUnavailableError(`No usable connection to ${addressKey}: ${problem}`);
   }
@@ -1988,7 +1978,6 @@ var AcquireRequest = class extends Exchange {
    * the next connection. @internal
    */
   fire() {
-    if (this.#ctx.router.closing) return;
     this.#ctx.track(this.#deadline(this.#connection, this.#received, this.#send));
   }
   async #deadline(connection, received, send) {
@@ -2291,7 +2280,7 @@ var LockClient = class {
         name: resolved.name ?? `client-${session.slice(0, 8)}`,
         credential: resolved.auth
       })
-    }, (reject, error) => this.#gate.fail(reject, error));
+    });
     this.#requests = {
       router: this.#router,
       options: this.#options,
