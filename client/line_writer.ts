@@ -175,7 +175,7 @@ export class LineWriter {
     if (this.#failed) return;
     this.flush();
     this.#events.written?.(units);
-    this.#shutIfIdle();
+    if (this.#shut !== undefined) this.#shutIfIdle();
   }
 
   /** Encodes `text` into a buffer borrowed from the pool (or a fresh one for a big text). */
