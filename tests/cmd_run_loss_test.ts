@@ -2,13 +2,14 @@
  * Black-box tests of `lockd run`'s signals and lost locks (docs/cli.md, "lockd run"):
  * SIGTERM, SIGINT and SIGHUP are passed on to the command; a lost lock (released by token
  * from outside, or the server killed) stops the command's whole process group, SIGTERM then
- * SIGKILL after the grace, and exits 70; a `kill -9` of lockd run frees the key after the
- * server's session grace.
+ * SIGKILL after the grace, and exits 70; after a `kill -9` of lockd run its watchdog stops
+ * the group the same way, and the server frees the key after the session grace.
  */
 
 import assert from "node:assert/strict";
 import { grantOf, waitFor, withServer } from "./_helpers.ts";
 import { killGroup, processAlive, script, spawnLockd } from "./_lockd.ts";
+import { WATCHDOG_NAME } from "../server/cmd/watchdog.ts";
 
 /** A temp dir for the test's scripts, removed afterwards. */
 async function withDir(fn: (dir: string) => Promise<void>): Promise<void> {
@@ -146,26 +147,93 @@ Deno.test("lockd run stops the command and exits 70 when its only server dies", 
   });
 });
 
-Deno.test("kill -9 of lockd run frees the key after the server's session grace", async () => {
+Deno.test("kill -9 of lockd run: the watchdog stops the command, and the key is freed after the session grace", async () => {
   await withDir(async (dir) => {
     const job = await script(dir, "job.sh", 'echo "child $$"; exec sleep 60');
     await withServer({ args: ["--session-grace", "1"] }, async (server, clients) => {
       const run = spawnLockd(["run", "crash", "--servers", server.address, "--", job]);
       const pid = Number((await run.waitFor(/child (\d+)/))[1]);
       try {
+        await waitFor(() => watchdogs(pid).length === 1, "the watchdog");
         const waiter = await clients.connect();
         await waiter.send("A crash 5 20");
         assert.ok(await waiter.silentFor(100), "held by lockd run");
         const killedAt = performance.now();
         run.signal("SIGKILL");
+        await waitFor(() => !processAlive(pid), "the command to get SIGTERM", 5000);
         grantOf(await waiter.readLine(8000), "crash");
         const took = performance.now() - killedAt;
         // Not the 30 s lease: the session's grace (1 s) after its connections closed.
         assert.ok(took >= 900 && took < 8000, `freed after the 1 s grace (${took} ms)`);
+        assert.equal(await run.exited, 137);
       } finally {
-        killGroup(pid); // The command could not be told; it holds lockd run's stdout.
+        killGroup(pid);
         await run.exited;
       }
     });
   });
 });
+
+Deno.test("kill -9 of lockd run: a group that ignores SIGTERM gets SIGKILL after the grace", async () => {
+  await withDir(async (dir) => {
+    const job = await stubbornJob(dir);
+    await withServer({}, async (server) => {
+      const args = ["run", "crash:2", "--kill-grace", "1", "--servers", server.address, "--"];
+      const run = spawnLockd([...args, job]);
+      const pid = Number((await run.waitFor(/child (\d+)/))[1]);
+      const grandchild = Number((await run.waitFor(/grandchild (\d+)/))[1]);
+      try {
+        await waitFor(() => watchdogs(pid).length === 1, "the watchdog");
+        const killedAt = performance.now();
+        run.signal("SIGKILL");
+        await run.child.status; // (run.exited waits for the group, which holds its stdout)
+        assert.ok(processAlive(pid) && processAlive(grandchild), "SIGTERM is ignored");
+        await waitFor(() => !processAlive(pid) && !processAlive(grandchild), "SIGKILL", 5000);
+        const took = performance.now() - killedAt;
+        assert.ok(took >= 800, `SIGKILL came after the grace (${took} ms)`);
+        assert.deepEqual(watchdogs(pid), [], "the watchdog is gone too");
+      } finally {
+        killGroup(pid);
+        await run.exited;
+      }
+    });
+  });
+});
+
+Deno.test("lockd run dismisses its watchdog when it ends normally: what the command left runs on", async () => {
+  await withDir(async (dir) => {
+    const job = await script(dir, "job.sh", 'sleep 60 >/dev/null 2>&1 & echo "child $$ left $!"');
+    await withServer({}, async (server) => {
+      const run = spawnLockd(["run", "calm", "--servers", server.address, "--", job]);
+      const out = await run.finish();
+      assert.equal(out.code, 0, out.stderr);
+      const [, pid, left] = /child (\d+) left (\d+)/.exec(out.stdout)!.map(Number);
+      try {
+        await waitFor(() => watchdogs(pid).length === 0, "the watchdog to exit");
+        // A watchdog that saw its input end instead of "done" would have stopped the group.
+        assert.ok(processAlive(left), "the background process is not stopped");
+      } finally {
+        killGroup(pid);
+      }
+    });
+  });
+});
+
+/** The pids of watchdogs over process group `pgid` (from their command lines). */
+function watchdogs(pgid: number): number[] {
+  const found: number[] = [];
+  for (const entry of Deno.readDirSync("/proc")) {
+    if (!/^\d+$/.test(entry.name)) continue;
+    let args: string[];
+    try {
+      args = Deno.readTextFileSync(`/proc/${entry.name}/cmdline`).split("\0");
+    } catch {
+      continue; // exited meanwhile
+    }
+    const at = args.indexOf(WATCHDOG_NAME);
+    if (at > 0 && args[at + 1] === String(pgid) && processAlive(Number(entry.name))) {
+      found.push(Number(entry.name));
+    }
+  }
+  return found;
+}

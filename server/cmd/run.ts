@@ -2,7 +2,8 @@
  * `lockd run KEY -- CMD [ARGS...]` (docs/cli.md, "lockd run"): acquire a session-bound,
  * auto-extended lock, run the command under it with `LOCKD_KEY` and `LOCKD_TOKEN`, pass
  * signals on to its process group, stop the group if the lock is lost (exit 70), and
- * release the moment the command exits (exit with its status).
+ * release the moment the command exits (exit with its status). A watchdog stops the group
+ * should lockd run itself be killed.
  *
  * @module
  */
@@ -10,6 +11,7 @@
 import type { Lock, LockClient } from "../../mod.ts";
 import { ChildGroup, FORWARDED_SIGNALS, onSignals } from "./child.ts";
 import { openClient } from "./connect.ts";
+import { Watchdog } from "./watchdog.ts";
 import {
   childExitCode,
   credentialHint,
@@ -99,20 +101,27 @@ export async function runUnderLock(
       throw error;
     }
     forward = (signal) => void child.signal(signal);
-    const outcome = await Promise.race([
-      child.status.then((status) => ({ status })),
-      lost(lock).then((why) => ({ why })),
-    ]);
-    if ("status" in outcome) {
-      // Released at once, so the next waiter need not wait for our exit.
-      await lock.release().catch((error) => say(`could not release: ${messageOf(error)}`));
-      return childExitCode(outcome.status, Deno.build.os);
+    // Should lockd run itself die (kill -9), the watchdog stops the group.
+    const watchdog = Watchdog.start(child.pid, run.killGrace, say);
+    try {
+      const outcome = await Promise.race([
+        child.status.then((status) => ({ status })),
+        lost(lock).then((why) => ({ why })),
+      ]);
+      if ("status" in outcome) {
+        await watchdog?.dismiss();
+        // Released at once, so the next waiter need not wait for our exit.
+        await lock.release().catch((error) => say(`could not release: ${messageOf(error)}`));
+        return childExitCode(outcome.status, Deno.build.os);
+      }
+      const grace = run.killGrace;
+      // outcome.why reads 'Lock "k" (token 7) is lost: <why>'.
+      say(`${outcome.why}; stopping the command (SIGTERM, then SIGKILL after ${grace} s)`);
+      await child.stop(grace * 1000);
+      return EXIT.software;
+    } finally {
+      await watchdog?.dismiss();
     }
-    const grace = run.killGrace;
-    // outcome.why reads 'Lock "k" (token 7) is lost: <why>'.
-    say(`${outcome.why}; stopping the command (SIGTERM, then SIGKILL after ${grace} s)`);
-    await child.stop(grace * 1000);
-    return EXIT.software;
   } catch (error) {
     const code = exitCodeOf(error);
     say(messageOf(error) + credentialHint(code, run.connection.auth !== undefined));
