@@ -147,20 +147,29 @@ Deno.test("lockd run stops the command and exits 70 when its only server dies", 
   });
 });
 
-Deno.test("kill -9 of lockd run: the watchdog stops the command, and the key is freed after the session grace", async () => {
+Deno.test("kill -9 of lockd run: the watchdog stops the command and leaves, and the key is freed after the session grace", async () => {
   await withDir(async (dir) => {
     const job = await script(dir, "job.sh", 'echo "child $$"; exec sleep 60');
     await withServer({ args: ["--session-grace", "1"] }, async (server, clients) => {
-      const run = spawnLockd(["run", "crash", "--servers", server.address, "--", job]);
+      // A long kill grace: the watchdog must leave once the group is gone, not wait it out.
+      const args = ["run", "crash", "--kill-grace", "600", "--servers", server.address, "--"];
+      const run = spawnLockd([...args, job]);
       const pid = Number((await run.waitFor(/child (\d+)/))[1]);
       try {
-        await waitFor(() => watchdogs(pid).length === 1, "the watchdog");
+        const [watchdog] = watchdogsOf(run.child.pid);
+        assert.ok(watchdog !== undefined, "lockd run has a watchdog");
+        // The watchdog's input (a pipe) is lockd run's alone: CMD holding it would keep the
+        // watchdog from ever seeing lockd run die.
+        const input = Deno.readLinkSync(`/proc/${watchdog}/fd/0`);
+        assert.match(input, /^pipe:/);
+        assert.ok(!openFiles(pid).includes(input), `CMD holds ${input}`);
         const waiter = await clients.connect();
         await waiter.send("A crash 5 20");
         assert.ok(await waiter.silentFor(100), "held by lockd run");
         const killedAt = performance.now();
         run.signal("SIGKILL");
         await waitFor(() => !processAlive(pid), "the command to get SIGTERM", 5000);
+        await waitFor(() => !processAlive(watchdog), "the watchdog to leave", 5000);
         grantOf(await waiter.readLine(8000), "crash");
         const took = performance.now() - killedAt;
         // Not the 30 s lease: the session's grace (1 s) after its connections closed.
@@ -183,7 +192,8 @@ Deno.test("kill -9 of lockd run: a group that ignores SIGTERM gets SIGKILL after
       const pid = Number((await run.waitFor(/child (\d+)/))[1]);
       const grandchild = Number((await run.waitFor(/grandchild (\d+)/))[1]);
       try {
-        await waitFor(() => watchdogs(pid).length === 1, "the watchdog");
+        const [watchdog] = watchdogsOf(run.child.pid);
+        assert.ok(watchdog !== undefined, "lockd run has a watchdog");
         const killedAt = performance.now();
         run.signal("SIGKILL");
         await run.child.status; // (run.exited waits for the group, which holds its stdout)
@@ -191,7 +201,7 @@ Deno.test("kill -9 of lockd run: a group that ignores SIGTERM gets SIGKILL after
         await waitFor(() => !processAlive(pid) && !processAlive(grandchild), "SIGKILL", 5000);
         const took = performance.now() - killedAt;
         assert.ok(took >= 800, `SIGKILL came after the grace (${took} ms)`);
-        assert.deepEqual(watchdogs(pid), [], "the watchdog is gone too");
+        await waitFor(() => !processAlive(watchdog), "the watchdog to leave", 2000);
       } finally {
         killGroup(pid);
         await run.exited;
@@ -202,14 +212,21 @@ Deno.test("kill -9 of lockd run: a group that ignores SIGTERM gets SIGKILL after
 
 Deno.test("lockd run dismisses its watchdog when it ends normally: what the command left runs on", async () => {
   await withDir(async (dir) => {
-    const job = await script(dir, "job.sh", 'sleep 60 >/dev/null 2>&1 & echo "child $$ left $!"');
+    const job = await script(
+      dir,
+      "job.sh",
+      'sleep 60 >/dev/null 2>&1 & echo "child $$ left $!"; read x',
+    );
     await withServer({}, async (server) => {
       const run = spawnLockd(["run", "calm", "--servers", server.address, "--", job]);
-      const out = await run.finish();
-      assert.equal(out.code, 0, out.stderr);
-      const [, pid, left] = /child (\d+) left (\d+)/.exec(out.stdout)!.map(Number);
+      const [, pid, left] = (await run.waitFor(/child (\d+) left (\d+)/)).map(Number);
       try {
-        await waitFor(() => watchdogs(pid).length === 0, "the watchdog to exit");
+        const [watchdog] = watchdogsOf(run.child.pid);
+        assert.ok(watchdog !== undefined, "lockd run has a watchdog");
+        await run.write("go\n");
+        const out = await run.finish();
+        assert.equal(out.code, 0, out.stderr);
+        await waitFor(() => !processAlive(watchdog), "the watchdog to exit");
         // A watchdog that saw its input end instead of "done" would have stopped the group.
         assert.ok(processAlive(left), "the background process is not stopped");
       } finally {
@@ -219,21 +236,32 @@ Deno.test("lockd run dismisses its watchdog when it ends normally: what the comm
   });
 });
 
-/** The pids of watchdogs over process group `pgid` (from their command lines). */
-function watchdogs(pgid: number): number[] {
+/** The pids of the watchdogs `lockd run` process `parent` started (from /proc). */
+function watchdogsOf(parent: number): number[] {
   const found: number[] = [];
   for (const entry of Deno.readDirSync("/proc")) {
     if (!/^\d+$/.test(entry.name)) continue;
-    let args: string[];
     try {
-      args = Deno.readTextFileSync(`/proc/${entry.name}/cmdline`).split("\0");
+      const args = Deno.readTextFileSync(`/proc/${entry.name}/cmdline`).split("\0");
+      const stat = Deno.readTextFileSync(`/proc/${entry.name}/stat`);
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      if (args.includes(WATCHDOG_NAME) && ppid === parent) found.push(Number(entry.name));
     } catch {
-      continue; // exited meanwhile
-    }
-    const at = args.indexOf(WATCHDOG_NAME);
-    if (at > 0 && args[at + 1] === String(pgid) && processAlive(Number(entry.name))) {
-      found.push(Number(entry.name));
+      // Exited meanwhile.
     }
   }
   return found;
+}
+
+/** What the open file descriptors of process `pid` point to (`pipe:[N]`, paths). */
+function openFiles(pid: number): string[] {
+  const links: string[] = [];
+  for (const entry of Deno.readDirSync(`/proc/${pid}/fd`)) {
+    try {
+      links.push(Deno.readLinkSync(`/proc/${pid}/fd/${entry.name}`));
+    } catch {
+      // Closed meanwhile.
+    }
+  }
+  return links;
 }

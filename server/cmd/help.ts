@@ -74,7 +74,8 @@ DESCRIPTION
     The lock is bound to lockd run's session: if lockd run itself dies
     (kill -9), the server frees the key after its --session-grace (5 s by
     default), and a watchdog (lockd-run-watchdog, a small sh process) stops
-    CMD's group the same way: SIGTERM, then SIGKILL after --kill-grace.
+    CMD's group the same way: SIGTERM, then SIGKILL after --kill-grace
+    (not on Windows).
 
     lockd run writes nothing of its own on standard output, which belongs
     to CMD; its messages go to standard error, prefixed 'lockd run:'.

@@ -90,6 +90,9 @@ export async function runUnderLock(
       say(`${messageOf(lock.signal.reason)}; the command was not started`);
       return EXIT.software;
     }
+    // Should lockd run itself die (kill -9), the watchdog stops the group. It starts first,
+    // so that the command is watched from its first moment.
+    const watchdog = Watchdog.start(run.killGrace, say);
     let child: ChildGroup;
     try {
       child = ChildGroup.spawn(run.command[0], run.command.slice(1), {
@@ -97,12 +100,12 @@ export async function runUnderLock(
         LOCKD_TOKEN: String(lock.token),
       });
     } catch (error) {
+      await watchdog?.dismiss();
       await lock.release().catch(() => {});
       throw error;
     }
+    watchdog?.watch(child.pid);
     forward = (signal) => void child.signal(signal);
-    // Should lockd run itself die (kill -9), the watchdog stops the group.
-    const watchdog = Watchdog.start(child.pid, run.killGrace, say);
     try {
       const outcome = await Promise.race([
         child.status.then((status) => ({ status })),

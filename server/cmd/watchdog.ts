@@ -10,27 +10,44 @@
  * @module
  */
 
-/** Marks the watchdog's command line (`$0` of its shell), for `ps` and tests. */
+/** Marks the watchdog's command line (`$0` of its shell): `pgrep -f lockd-run-watchdog`. */
 export const WATCHDOG_NAME = "lockd-run-watchdog";
 
+/** The longest grace the watchdog counts, in tenths of a second (about 3 years). */
+const MAX_TENTHS = 1e9;
+
 /**
- * `$1` is the process group, `$2` the grace in seconds. Terminal and job-control signals
- * are ignored: only the end of its input (or the word `done`) moves it.
+ * `$1` is the grace in tenths of a second. The first line read is the process group (read
+ * before the command exists, so no moment is left unwatched); then only the end of the
+ * input, or the word `done`, moves it. Terminal and job-control signals are ignored. After
+ * the SIGTERM it checks every tenth of a second whether the group is still there, and
+ * leaves as soon as it is gone: it never signals a group id that may have been reused.
+ * A `sleep` without fractions (strict POSIX) waits whole seconds instead.
  */
 const SCRIPT = [
   "trap '' INT TERM HUP QUIT USR1 USR2 PIPE",
+  "IFS= read -r group || exit 0",
+  'case "$group" in "" | *[!0-9]*) exit 0 ;; esac',
   "IFS= read -r line",
   '[ "$line" = done ] && exit 0',
-  'kill -TERM -"$1" 2>/dev/null || exit 0',
-  'kill -CONT -"$1" 2>/dev/null',
-  'sleep "$2"',
-  'kill -KILL -"$1" 2>/dev/null',
+  'kill -TERM -"$group" 2>/dev/null || exit 0',
+  'kill -CONT -"$group" 2>/dev/null',
+  "waited=0",
+  'while [ "$waited" -lt "$1" ]; do',
+  '  kill -0 -"$group" 2>/dev/null || exit 0',
+  "  if sleep 0.1 2>/dev/null; then waited=$((waited + 1)); else sleep 1; waited=$((waited + 10)); fi",
+  "done",
+  'kill -KILL -"$group" 2>/dev/null',
   "exit 0",
 ].join("\n");
 
-const DONE = new TextEncoder().encode("done\n");
+const encoder = new TextEncoder();
 
-/** A watchdog over one process group; {@linkcode Watchdog.dismiss} it before exiting. */
+/**
+ * A watchdog over one process group: {@linkcode Watchdog.start} it before spawning the
+ * command, {@linkcode Watchdog.watch} the command's group, {@linkcode Watchdog.dismiss} it
+ * before exiting.
+ */
 export class Watchdog {
   #input: WritableStreamDefaultWriter<Uint8Array>;
   #dismissed = false;
@@ -40,41 +57,55 @@ export class Watchdog {
   }
 
   /**
-   * Starts a watchdog over process group `pgid`, whose processes get SIGKILL `graceSeconds`
-   * after the SIGTERM. Returns `undefined` where there are no process groups (Windows) or
-   * no `sh` to run it; `warn` is told in the second case.
+   * Starts a watchdog whose group will get SIGKILL `graceSeconds` after the SIGTERM.
+   * Returns `undefined` where there are no process groups (Windows) or no `sh` to run it;
+   * `warn` is told in the second case.
    */
-  static start(
-    pgid: number,
-    graceSeconds: number,
-    warn: (line: string) => void,
-  ): Watchdog | undefined {
+  static start(graceSeconds: number, warn: (line: string) => void): Watchdog | undefined {
     if (Deno.build.os === "windows") return undefined;
-    try {
-      const child = new Deno.Command("sh", {
-        args: ["-c", SCRIPT, WATCHDOG_NAME, String(pgid), String(graceSeconds)],
-        stdin: "piped",
-        stdout: "null",
-        stderr: "null",
-        detached: true, // no terminal signal reaches it
-      }).spawn();
-      child.unref();
-      child.status.catch(() => {});
-      return new Watchdog(child.stdin.getWriter());
-    } catch (error) {
-      const why = error instanceof Error ? error.message : String(error);
-      warn(`no watchdog (${why}): a kill -9 of lockd run would leave the command running`);
-      return undefined;
+    const tenths = String(Math.min(MAX_TENTHS, Math.ceil(graceSeconds * 10)));
+    let failure = "";
+    // /bin/sh first: it is there even when PATH is not.
+    for (const shell of ["/bin/sh", "sh"]) {
+      try {
+        const child = new Deno.Command(shell, {
+          args: ["-c", SCRIPT, WATCHDOG_NAME, tenths],
+          stdin: "piped",
+          stdout: "null",
+          stderr: "null",
+          detached: true, // a session of its own: no terminal signal reaches it
+        }).spawn();
+        child.unref();
+        child.status.catch(() => {});
+        return new Watchdog(child.stdin.getWriter());
+      } catch (error) {
+        failure = error instanceof Error ? error.message : String(error);
+      }
     }
+    warn(`no watchdog (${failure}): a kill -9 of lockd run would leave the command running`);
+    return undefined;
+  }
+
+  /** Watches process group `pgid` (the command's pid: it leads its own group). */
+  watch(pgid: number): void {
+    this.#send(`${pgid}\n`);
   }
 
   /** lockd run ends normally: the watchdog exits and stops nothing. Never throws. */
   async dismiss(): Promise<void> {
     if (this.#dismissed) return;
     this.#dismissed = true;
+    await this.#send("done\n");
     try {
-      await this.#input.write(DONE);
       await this.#input.close();
+    } catch {
+      // It is gone already.
+    }
+  }
+
+  async #send(text: string): Promise<void> {
+    try {
+      await this.#input.write(encoder.encode(text));
     } catch {
       // It is gone already.
     }
