@@ -76,3 +76,8 @@ export function parseAddress(text: string): Address {
   const key = hostname.includes(":") ? `[${hostname}]:${port}` : `${hostname}:${port}`;
   return { scheme: tls ? "tls" : "tcp", hostname, port, key };
 }
+
+/** How an address reads in messages: its key, with `tls://` in front for TLS. */
+export function addressText(address: Address): string {
+  return address.scheme === "tls" ? `tls://${address.key}` : address.key;
+}

@@ -10,6 +10,17 @@
 
 import { utf8Length } from "./codec/fields.ts";
 
+/** Why a plain connection closed when the node answered with a TLS record. */
+export const SPOKE_TLS = "the node answered in TLS: use a tls:// address";
+
+/**
+ * Whether `bytes` (the first bytes a connection received) begin a TLS record, an alert or a
+ * handshake (content type 21 or 22, version 3.x): what a TLS port answers a plain-text line.
+ */
+export function startsTlsRecord(bytes: Uint8Array): boolean {
+  return bytes.length >= 2 && (bytes[0] === 0x15 || bytes[0] === 0x16) && bytes[1] === 0x03;
+}
+
 /** Where a {@linkcode LineReader} delivers what it finds. */
 export interface LineSink {
   /** One line, without its line ending, never empty. */

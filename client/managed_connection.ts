@@ -300,8 +300,9 @@ export class ManagedConnection {
     try {
       transport = await this.#options.connect(this.address, {
         line: (text) => this.#reply(text),
-        closed: () => {
+        closed: (reason) => {
           dead = true;
+          if (reason !== undefined) this.#lastError = reason;
           if (transport === undefined) return;
           if (this.#drain !== undefined) this.#drain.closed(transport);
           else this.#lost(transport);

@@ -13,7 +13,7 @@
 
 import type { Address } from "./address.ts";
 import { MAX_LINE_BYTES } from "./codec.ts";
-import { LineReader } from "./line_reader.ts";
+import { LineReader, SPOKE_TLS, startsTlsRecord } from "./line_reader.ts";
 import { LineWriter } from "./line_writer.ts";
 import type { Transport, TransportHandlers } from "./transport.ts";
 
@@ -171,6 +171,10 @@ class NodeTcpTransport implements Transport {
   #flushQueued = false;
   #closed = false;
   #ended = false;
+  /** Whether any byte came yet (the first ones are checked for a TLS answer). */
+  #heard = false;
+  /** Why it closed, when it knows better than "lost". */
+  #reason: string | undefined;
   /** Fails the write in flight when the socket goes away. */
   #failWrite: ((error: Error) => void) | undefined;
   #flush = () => {
@@ -260,11 +264,19 @@ class NodeTcpTransport implements Transport {
       }
     }
     this.#failWrite?.(new Error("connection closed"));
-    this.#handlers.closed();
+    this.#handlers.closed(this.#reason);
   }
 
   /** Copies a received chunk into the line reader, which delivers the complete lines. */
   #data(chunk: Uint8Array): void {
+    if (!this.#heard) {
+      this.#heard = true;
+      if (startsTlsRecord(chunk)) {
+        this.#reason = SPOKE_TLS;
+        this.close();
+        return;
+      }
+    }
     let offset = 0;
     while (offset < chunk.length && !this.#closed) {
       const space = this.#reader.space();

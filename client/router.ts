@@ -8,7 +8,7 @@
  * @module
  */
 
-import { type Address, parseAddress } from "./address.ts";
+import { type Address, addressText, parseAddress } from "./address.ts";
 import { type Reply, replyAction } from "./codec.ts";
 import { LockError, LockRejectedError, LockUnavailableError } from "./errors.ts";
 import { Exchange, PromiseExchange } from "./exchange.ts";
@@ -217,7 +217,7 @@ export class Router {
     const unavailable = () =>
       new LockUnavailableError(
         `No usable lockd connection for ${op} "${key}" (${
-          this.#connections.map((c) => c.address.key).join(", ")
+          [...new Set(this.#connections.map((c) => addressText(c.address)))].join(", ")
         })` + (lastProblem ? `: ${lastProblem}` : ""),
       );
     const pause = async () => {

@@ -10,7 +10,7 @@
 
 import type { Address } from "./address.ts";
 import { MAX_LINE_BYTES } from "./codec.ts";
-import { LineReader } from "./line_reader.ts";
+import { LineReader, SPOKE_TLS, startsTlsRecord } from "./line_reader.ts";
 import { LineWriter } from "./line_writer.ts";
 import { setTimerUnref } from "./timer.ts";
 import type { Transport, TransportHandlers } from "./transport.ts";
@@ -22,6 +22,7 @@ interface TcpConn {
   write(data: Uint8Array): Promise<number>;
   close(): void;
   closeWrite?(): Promise<void>;
+  handshake?(): Promise<unknown>;
   setNoDelay?(noDelay?: boolean): void;
   ref?(): void;
   unref?(): void;
@@ -63,13 +64,16 @@ export async function connectTcp(
     // connectTls takes no signal: one that connects after the abort is closed at once.
     const connecting = deno.connectTls({ hostname, port, caCerts: address.caCerts });
     connecting.then((late) => signal.aborted && late.close(), () => {});
-    conn = await Promise.race([
-      connecting,
-      new Promise<never>((_, reject) => {
-        if (signal.aborted) reject(signal.reason);
-        signal.addEventListener("abort", () => reject(signal.reason), { once: true });
-      }),
-    ]);
+    conn = await untilAborted(connecting, signal);
+    // The handshake runs now, not at the first read: an untrusted certificate then fails
+    // the connect with its reason instead of looking like a lost connection.
+    try {
+      if (conn.handshake !== undefined) await untilAborted(conn.handshake(), signal);
+    } catch (error) {
+      conn.close();
+      const why = error instanceof Error ? error.message : String(error);
+      throw signal.aborted ? error : new Error(`TLS handshake failed: ${why}`);
+    }
   } else conn = await deno.connect({ hostname, port, signal });
   if (signal.aborted) {
     conn.close();
@@ -81,6 +85,17 @@ export async function connectTcp(
     // Not fatal: only latency (a TLS connection may not have it).
   }
   return new TcpTransport(conn, handlers);
+}
+
+/** `promise`, or a rejection with the abort's reason once `signal` aborts first. */
+function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  return Promise.race([
+    promise,
+    new Promise<never>((_, reject) => {
+      if (signal.aborted) reject(signal.reason);
+      signal.addEventListener("abort", () => reject(signal.reason), { once: true });
+    }),
+  ]);
 }
 
 class TcpTransport implements Transport {
@@ -153,15 +168,24 @@ class TcpTransport implements Transport {
       tooLong: () => this.close(),
       accepting: () => !this.#closed,
     }, { maxLineBytes: MAX_REPLY_BYTES });
+    let reason: string | undefined;
     try {
+      let first = true;
       for (;;) {
-        const n = await this.#conn.read(reader.space());
-        if (n === null || !reader.commit(n)) break;
+        const space = reader.space();
+        const n = await this.#conn.read(space);
+        if (n === null) break;
+        if (first && startsTlsRecord(space.subarray(0, n))) {
+          reason = SPOKE_TLS;
+          break;
+        }
+        first = false;
+        if (!reader.commit(n)) break;
       }
     } catch {
       // Reset, or closed by us.
     }
     this.close();
-    handlers.closed();
+    handlers.closed(reason);
   }
 }

@@ -63,8 +63,11 @@ export interface Transport {
 export interface TransportHandlers {
   /** One received line, without its line ending. */
   line(text: string): void;
-  /** The connection is gone (called once, whoever closed it). */
-  closed(): void;
+  /**
+   * The connection is gone (called once, whoever closed it), with why when the transport
+   * knows better than "lost" (e.g. the node answered in TLS).
+   */
+  closed(reason?: string): void;
 }
 
 /**

@@ -9,6 +9,8 @@ import assert from "node:assert/strict";
 import { LockClient, LockRejectedError, LockUnavailableError } from "../mod.ts";
 import { LineClient, type ServerProcess, withServer as withServerOf } from "./_helpers.ts";
 import { testPki, tlsArgs } from "./_tls.ts";
+import { connectTcp } from "../client/tcp.ts";
+import { connectNodeTcp } from "../client/node_tcp.ts";
 
 /** Starts a server with `args`, runs `fn`, then stops it and removes its data directory. */
 function withServer(args: string[], fn: (server: ServerProcess) => Promise<void>): Promise<void> {
@@ -71,11 +73,82 @@ Deno.test("LockClient takes tls:// addresses with caCerts, and refuses a server 
       retryTimeoutMs: 1000,
     });
     try {
-      await assert.rejects(stranger.acquire("tls:stranger", { lease: 10 }), LockUnavailableError);
+      // The handshake's reason, not just "lost".
+      await assert.rejects(
+        stranger.acquire("tls:stranger", { lease: 10 }),
+        (e) =>
+          e instanceof LockUnavailableError &&
+          /TLS handshake failed: .*UnknownIssuer/.test(e.message),
+      );
     } finally {
       await stranger.close();
     }
   });
+});
+
+Deno.test("a plain-TCP LockClient against a TLS port is told to use tls://, over both transports", async () => {
+  const pki = await testPki();
+  await withServer(tlsArgs(pki), async (server) => {
+    for (const connect of [connectTcp, connectNodeTcp]) {
+      const plain = new LockClient(`127.0.0.1:${server.port}`, { connect, retryTimeoutMs: 1000 });
+      try {
+        await assert.rejects(
+          plain.acquire("tls:plain-client", { lease: 10 }),
+          (e) =>
+            e instanceof LockUnavailableError && e.message.includes(`(127.0.0.1:${server.port})`) &&
+            e.message.includes("the node answered in TLS: use a tls:// address"),
+        );
+      } finally {
+        await plain.close();
+      }
+    }
+    // Over node:tls an untrusted certificate says so too.
+    const stranger = new LockClient(`tls://127.0.0.1:${server.port}`, {
+      connect: connectNodeTcp,
+      caCerts: [pki.otherCaPem],
+      retryTimeoutMs: 1000,
+    });
+    try {
+      await assert.rejects(
+        stranger.acquire("tls:stranger", { lease: 10 }),
+        (e) =>
+          e instanceof LockUnavailableError &&
+          e.message.includes(`(tls://127.0.0.1:${server.port})`) &&
+          /certificate/.test(e.message),
+      );
+    } finally {
+      await stranger.close();
+    }
+  });
+});
+
+Deno.test("an abort during a TLS handshake that never ends rejects at once (Deno.connectTls)", async () => {
+  // A listener that accepts and never answers: the handshake hangs until the abort.
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const accepted: Deno.Conn[] = [];
+  const accepting = (async () => {
+    for await (const conn of listener) accepted.push(conn);
+  })();
+  try {
+    const attempt = new AbortController();
+    const timer = setTimeout(() => attempt.abort(new Error("connect timed out")), 150);
+    const started = performance.now();
+    await assert.rejects(
+      connectTcp(
+        { scheme: "tls", hostname: "127.0.0.1", port: listener.addr.port, key: "x" },
+        { line() {}, closed() {} },
+        attempt.signal,
+      ),
+      /connect timed out/,
+    );
+    clearTimeout(timer);
+    const ms = performance.now() - started;
+    assert.ok(ms < 1000, `rejected after ${ms} ms`);
+  } finally {
+    listener.close();
+    await accepting.catch(() => {});
+    for (const conn of accepted) conn.close();
+  }
 });
 
 Deno.test("TLS with --auth-file: LockClient over tls:// with its credential", async () => {
