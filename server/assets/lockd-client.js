@@ -103,6 +103,9 @@ function parseAddress(text) {
     key
   };
 }
+function addressText(address) {
+  return address.scheme === "tls" ? `tls://${address.key}` : address.key;
+}
 
 // client/codec/fields.ts
 var MAX_TOKEN = 18446744073709551615n;
@@ -1334,8 +1337,9 @@ var ManagedConnection = class {
     try {
       transport = await this.#options.connect(this.address, {
         line: (text) => this.#reply(text),
-        closed: () => {
+        closed: (reason) => {
           dead = true;
+          if (reason !== void 0) this.#lastError = reason;
           if (transport === void 0) return;
           if (this.#drain !== void 0) this.#drain.closed(transport);
           else this.#lost(transport);
@@ -1672,7 +1676,9 @@ var Router = class {
     let target;
     let backoff = 25;
     let hops = 0;
-    const unavailable = () => new LockUnavailableError(`No usable lockd connection for ${op} "${key}" (${this.#connections.map((c) => c.address.key).join(", ")})` + (lastProblem ? `: ${lastProblem}` : ""));
+    const unavailable = () => new LockUnavailableError(`No usable lockd connection for ${op} "${key}" (${[
+      ...new Set(this.#connections.map((c) => addressText(c.address)))
+    ].join(", ")})` + (lastProblem ? `: ${lastProblem}` : ""));
     const pause = async () => {
       if (performance.now() + backoff > giveUpAt) throw unavailable();
       await sleep(backoff, closed);
@@ -1868,10 +1874,10 @@ var Router = class {
     return await Promise.any(attempts.map(async (a) => await a ?? Promise.reject(new Error("down")))).catch(() => void 0);
   }
   /** The connection to the node an `M` reply names, added if the client had none. */
-  #connectionFor(addressText) {
+  #connectionFor(addressText2) {
     let address;
     try {
-      address = parseAddress(addressText);
+      address = parseAddress(addressText2);
     } catch {
       return void 0;
     }
