@@ -229,35 +229,6 @@ Deno.test("node_tcp: connectNodeTcp honours an aborted signal and a refused port
   );
 });
 
-Deno.test("node_tcp: an abort during a TLS handshake that never ends rejects at once", async () => {
-  // A listener that accepts and never answers: the handshake hangs until the abort.
-  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-  const accepted: Deno.Conn[] = [];
-  const accepting = (async () => {
-    for await (const conn of listener) accepted.push(conn);
-  })();
-  try {
-    const attempt = new AbortController();
-    const timer = setTimeout(() => attempt.abort(new Error("connect timed out")), 150);
-    const started = performance.now();
-    await assert.rejects(
-      connectNodeTcp(
-        { scheme: "tls", hostname: "127.0.0.1", port: listener.addr.port, key: "x" },
-        { line() {}, closed() {} },
-        attempt.signal,
-      ),
-      /connect timed out/,
-    );
-    clearTimeout(timer);
-    const ms = performance.now() - started;
-    assert.ok(ms < 1000, `rejected after ${ms} ms`);
-  } finally {
-    listener.close();
-    await accepting.catch(() => {});
-    for (const conn of accepted) conn.close();
-  }
-});
-
 Deno.test("node_tcp: LockClient over node:net in Deno, TCP and TLS", async () => {
   const pki = await testPki();
   const plain = await startServer();

@@ -122,7 +122,7 @@ Deno.test("a plain-TCP LockClient against a TLS port is told to use tls://, over
   });
 });
 
-Deno.test("an abort during a TLS handshake that never ends rejects at once (Deno.connectTls)", async () => {
+Deno.test("an abort during a TLS handshake that never ends rejects at once, over both transports", async () => {
   // A listener that accepts and never answers: the handshake hangs until the abort.
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
   const accepted: Deno.Conn[] = [];
@@ -130,20 +130,22 @@ Deno.test("an abort during a TLS handshake that never ends rejects at once (Deno
     for await (const conn of listener) accepted.push(conn);
   })();
   try {
-    const attempt = new AbortController();
-    const timer = setTimeout(() => attempt.abort(new Error("connect timed out")), 150);
-    const started = performance.now();
-    await assert.rejects(
-      connectTcp(
-        { scheme: "tls", hostname: "127.0.0.1", port: listener.addr.port, key: "x" },
-        { line() {}, closed() {} },
-        attempt.signal,
-      ),
-      /connect timed out/,
-    );
-    clearTimeout(timer);
-    const ms = performance.now() - started;
-    assert.ok(ms < 1000, `rejected after ${ms} ms`);
+    for (const connect of [connectTcp, connectNodeTcp]) {
+      const attempt = new AbortController();
+      const timer = setTimeout(() => attempt.abort(new Error("connect timed out")), 150);
+      const started = performance.now();
+      await assert.rejects(
+        connect(
+          { scheme: "tls", hostname: "127.0.0.1", port: listener.addr.port, key: "x" },
+          { line() {}, closed() {} },
+          attempt.signal,
+        ),
+        /connect timed out/,
+      );
+      clearTimeout(timer);
+      const ms = performance.now() - started;
+      assert.ok(ms < 1000, `${connect.name} rejected after ${ms} ms`);
+    }
   } finally {
     listener.close();
     await accepting.catch(() => {});
