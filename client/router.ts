@@ -341,7 +341,8 @@ export class Router {
       }
     }
     if (this.#closed.aborted) throw new LockError("The client is closed");
-    throw new LockUnavailableError(`No usable connection to ${addressKey}: ${problem}`);
+    const where = connections.length > 0 ? addressText(connections[0].address) : addressKey;
+    throw new LockUnavailableError(`No usable connection to ${where}: ${problem}`);
   }
 
   #add(address: Address): ManagedConnection {

@@ -11,6 +11,7 @@ import { LineClient, type ServerProcess, withServer as withServerOf } from "./_h
 import { testPki, tlsArgs } from "./_tls.ts";
 import { connectTcp } from "../client/tcp.ts";
 import { connectNodeTcp } from "../client/node_tcp.ts";
+import { runLockd } from "./_lockd.ts";
 
 /** Starts a server with `args`, runs `fn`, then stops it and removes its data directory. */
 function withServer(args: string[], fn: (server: ServerProcess) => Promise<void>): Promise<void> {
@@ -102,6 +103,15 @@ Deno.test("a plain-TCP LockClient against a TLS port is told to use tls://, over
         await plain.close();
       }
     }
+    // lockd status asks each node directly, and says why too.
+    const status = await runLockd(["status", "--servers", `tls://127.0.0.1:${server.port}`]);
+    assert.equal(status.code, 69, status.stderr);
+    assert.match(
+      status.stderr,
+      new RegExp(
+        `No usable connection to tls://127\\.0\\.0\\.1:${server.port}: TLS handshake failed: .*UnknownIssuer`,
+      ),
+    );
     // Over node:tls an untrusted certificate says so too.
     const stranger = new LockClient(`tls://127.0.0.1:${server.port}`, {
       connect: connectNodeTcp,

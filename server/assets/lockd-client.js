@@ -1795,7 +1795,8 @@ var Router = class {
       }
     }
     if (this.#closed.aborted) throw new LockError("The client is closed");
-    throw new LockUnavailableError(`No usable connection to ${addressKey}: ${problem}`);
+    const where = connections.length > 0 ? addressText(connections[0].address) : addressKey;
+    throw new LockUnavailableError(`No usable connection to ${where}: ${problem}`);
   }
   #add(address) {
     const connection = new ManagedConnection(address, {
