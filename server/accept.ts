@@ -11,6 +11,7 @@ import { errorReply, TOO_MANY_CONNECTIONS } from "../client/codec.ts";
 import type { Batch } from "./batch.ts";
 import { type LineHandler, LineSocket, type ReplyGate } from "./line_socket.ts";
 import type { Logger } from "./log.ts";
+import { LogLimit } from "./log_limit.ts";
 
 /** What the acceptor asks of the server. */
 export interface AcceptRoutes {
@@ -94,8 +95,8 @@ export class Acceptor implements Routing {
   #peers = new Set<LineSocket>();
   #closed = false;
   #loop: Promise<void>;
-  /** Connections refused at the cap since the last line saying so, and when that was. */
-  #refused = { unlogged: 0, loggedAt: -Infinity };
+  /** Refusals at the cap: one line a second under a flood. */
+  #refusals = new LogLimit(1000);
 
   /** Starts accepting on `listener`. */
   constructor(listener: Deno.Listener, routes: AcceptRoutes, options: AcceptorOptions) {
@@ -156,21 +157,14 @@ export class Acceptor implements Routing {
 
   /** One line per refusal at the cap, at most one a second under a flood (with a count). */
   #logRefused(conn: Deno.Conn): void {
-    const refused = this.#refused;
-    const now = Date.now();
-    if (now - refused.loggedAt < 1000) {
-      refused.unlogged++;
-      return;
-    }
+    const held = this.#refusals.pass("cap");
+    if (held === undefined) return;
     const remote = remoteOf(conn);
-    const more = refused.unlogged > 0 ? `; ${refused.unlogged} more since the last such line` : "";
     this.#options.log.warn(
       `refused a connection from ${remote}: too many connections ` +
-        `(--max-connections ${this.#options.maxConnections})${more}`,
-      { event: "drop", remote, reason: "too-many-connections", suppressed: refused.unlogged },
+        `(--max-connections ${this.#options.maxConnections})${LogLimit.more(held)}`,
+      { event: "drop", remote, reason: "too-many-connections", suppressed: held },
     );
-    refused.unlogged = 0;
-    refused.loggedAt = now;
   }
 
   #serve(conn: Deno.Conn): void {

@@ -25,6 +25,7 @@ import { LockTable } from "./engine/lock_table.ts";
 import { Metrics } from "./metrics.ts";
 import { Report } from "./report.ts";
 import { type Logger, stderrLogger } from "./log.ts";
+import { LogLimit } from "./log_limit.ts";
 import {
   ClientSession,
   type Gate,
@@ -113,6 +114,8 @@ export class LockServer {
   #ticker: Ticker;
   #batch = new Batch();
   #log: Logger;
+  /** Refused peer handshakes: a misconfigured peer retries every heartbeat. */
+  #peerRefusals = new LogLimit(10_000);
   #acceptor: Acceptor;
   #cluster: ClusterNode | undefined;
   #network: TcpPeerNetwork | undefined;
@@ -228,9 +231,13 @@ export class LockServer {
         const hello = decodePeer(line);
         const node = this.#cluster!;
         const refuse = (why: string) => {
-          log.warn(`refused a peer handshake from ${socket.remote}: ${why}`, {
+          // A misconfigured peer redials every heartbeat: one line per reason every 10 s.
+          const held = this.#peerRefusals.pass(why);
+          if (held === undefined) return null;
+          log.warn(`refused a peer handshake from ${socket.remote}: ${why}${LogLimit.more(held)}`, {
             event: "peer-refused",
             remote: socket.remote,
+            suppressed: held,
           });
           return null;
         };

@@ -195,3 +195,52 @@ Deno.test("a lockd with another secret at a listed address is refused both ways 
     }
   });
 });
+
+Deno.test("a cluster with --peer-secret-file on one node only says so a few times, not at every redial", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "lockd-half-" });
+  await Deno.writeTextFile(`${dir}/cluster.secret`, PEER_SECRET + "\n");
+  try {
+    await Cluster.run(2, async (cluster) => {
+      await cluster.waitForOneActive({ timeoutMs: 8000 });
+      // Node 1 comes back with a secret; node 0 has none. Each redials every heartbeat.
+      const seat = cluster.at(1);
+      await seat.kill("SIGKILL");
+      const { Member } = await import("./_cluster.ts");
+      const secured = new Member(1, seat.port, await Deno.makeTempDir({ prefix: "lockd-half-" }), [
+        "--peers",
+        cluster.peers,
+        "--peer-secret-file",
+        `${dir}/cluster.secret`,
+      ], {});
+      const plain = cluster.at(0);
+      try {
+        const mark = plain.logMark();
+        await secured.start();
+        // Both say what is wrong...
+        await plain.waitForLog(/this node has no --peer-secret-file/, { since: mark });
+        await plain.waitForLog(/down right after coming up .*--peer-secret-file/, { since: mark });
+        await secured.waitForLog(/offered no proof of the cluster secret/);
+        // ...and then hold their peace: about 30 redials in 3 s, a few lines at most.
+        const [plainMark, securedMark] = [plain.logMark(), secured.logMark()];
+        await new Promise((resolve) => setTimeout(resolve, 3000));
+        const lines = (text: string) =>
+          text.split("\n").filter((l) => /peer-refused|link-up|link-down/.test(l));
+        const fromPlain = lines(plain.stderr().slice(-(plain.logMark() - plainMark)));
+        const fromSecured = lines(secured.stderr().slice(-(secured.logMark() - securedMark)));
+        assert.ok(
+          fromPlain.length <= 4,
+          `node 0 logged ${fromPlain.length}:\n${fromPlain.join("\n")}`,
+        );
+        assert.ok(
+          fromSecured.length <= 4,
+          `node 1 logged ${fromSecured.length}:\n${fromSecured.join("\n")}`,
+        );
+      } finally {
+        await secured.dispose();
+        await Deno.remove(secured.dataDir, { recursive: true });
+      }
+    });
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

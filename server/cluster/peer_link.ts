@@ -11,6 +11,7 @@ import type { Batch } from "../batch.ts";
 import type { HostPort } from "../cli.ts";
 import { LineSocket } from "../line_socket.ts";
 import type { Logger } from "../log.ts";
+import { LogLimit } from "../log_limit.ts";
 import { acceptorProof, dialerProof, newNonce, sameProof } from "./peer_auth.ts";
 import { decodePeer, encodePeer } from "./peer_codec.ts";
 
@@ -36,6 +37,11 @@ export interface PeerLinkOptions {
   onDown(address: string): void;
 }
 
+/** A link that closes sooner than this after coming up is flapping (ms). */
+const FLAP_MS = 1000;
+/** While a link flaps, its up and down lines go out at most this often (ms). */
+const FLAP_LOG_MS = 10_000;
+
 /** Output a peer may owe us before its link is dropped (a snapshot of a million locks fits). */
 const PEER_OUTPUT_LIMIT = 512 * 1024 * 1024;
 
@@ -51,6 +57,12 @@ export class PeerLink {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #dialing = false;
   #stopped = false;
+  /** When the current link came up (ms, `performance.now()`). */
+  #upAt = 0;
+  /** Links in a row that closed right after coming up (a peer refusing our handshake). */
+  #flaps = 0;
+  #flapLog = new LogLimit(FLAP_LOG_MS);
+  #proofLog = new LogLimit(FLAP_LOG_MS);
 
   /** @param address The peer's `host:port`. @param target Parsed. @param options Settings. */
   constructor(address: string, target: HostPort, options: PeerLinkOptions) {
@@ -134,10 +146,13 @@ export class PeerLink {
         const ok = message.type === "PEERAUTH" &&
           sameProof(acceptorProof(secret, nonce, message.nonce, self), message.proof);
         if (!ok) {
-          this.#options.log.warn(`peer ${this.address} did not prove the cluster secret`, {
-            event: "peer-refused",
-            peer: this.address,
-          });
+          const held = this.#proofLog.pass("proof");
+          if (held !== undefined) {
+            this.#options.log.warn(
+              `peer ${this.address} did not prove the cluster secret${LogLimit.more(held)}`,
+              { event: "peer-refused", peer: this.address, suppressed: held },
+            );
+          }
           socket.close();
           return;
         }
@@ -153,10 +168,7 @@ export class PeerLink {
           return;
         }
         this.#socket = undefined;
-        if (!this.#stopped) {
-          const peer = this.address;
-          this.#options.log.info(`link to peer ${peer} down`, { event: "link-down", peer });
-        }
+        if (!this.#stopped) this.#logDown();
         this.#options.onDown(this.address);
         this.#retry();
       },
@@ -185,11 +197,39 @@ export class PeerLink {
 
   #up(socket: LineSocket): void {
     this.#socket = socket;
-    this.#options.log.info(`link to peer ${this.address} up`, {
-      event: "link-up",
-      peer: this.address,
-    });
+    this.#upAt = performance.now();
+    // While the link flaps, its up and down lines are limited (see #logDown).
+    if (this.#flaps === 0 || this.#flapLog.pass("up") !== undefined) {
+      this.#options.log.info(`link to peer ${this.address} up`, {
+        event: "link-up",
+        peer: this.address,
+      });
+    }
     this.#options.onUp(this.address);
+  }
+
+  /**
+   * The link went down. One that closed right after coming up, again and again, is most
+   * likely refused by the peer (a `--peer-secret-file` on one node only): said once per
+   * {@linkcode FLAP_LOG_MS}, with a count and the likely cause.
+   */
+  #logDown(): void {
+    const peer = this.address;
+    if (performance.now() - this.#upAt >= FLAP_MS) {
+      this.#flaps = 0;
+      this.#options.log.info(`link to peer ${peer} down`, { event: "link-down", peer });
+      return;
+    }
+    this.#flaps++;
+    const held = this.#flapLog.pass("down");
+    if (held === undefined) return;
+    this.#options.log.warn(
+      `link to peer ${peer} down right after coming up ` +
+        `(${this.#flaps} ${this.#flaps === 1 ? "time" : "times"} in a row): ` +
+        `the peer may refuse this node's handshake; check that both have the same ` +
+        `--peer-secret-file${LogLimit.more(held)}`,
+      { event: "link-down", peer, flaps: this.#flaps, suppressed: held },
+    );
   }
 
   #retry(): void {
