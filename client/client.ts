@@ -470,7 +470,7 @@ export class LockClient implements AsyncDisposable {
   #connectionLost(): void {
     if (this.#closing.signal.aborted) return;
     const connections = this.#router.connections;
-    const bridged = connections.filter((c) => c.address.scheme !== "tcp");
+    const bridged = connections.filter((c) => c.address.url !== undefined); // ws, wss
     let why: string;
     if (!connections.some((c) => c.up)) why = "every connection to lockd dropped";
     else if (bridged.length > 0 && !bridged.some((c) => c.up)) {

@@ -886,3 +886,23 @@ Deno.test("LockClient fires lock.signal when every connection drops, not when on
   assert.equal(both.signal.aborted, false, "node b still answers: a standby keeps the locks");
   await both.release();
 });
+
+Deno.test("LockClient treats tls:// nodes as nodes, not as a bridge, when one of them drops", async () => {
+  await using a = await FakeServer.start();
+  await using b = await FakeServer.start();
+  a.handler = b.handler = lockServer();
+  // Node a is reached over "TLS" (plain TCP underneath, for the fake): losing it is losing one
+  // node of two, not losing every connection to a bridge.
+  const plainTcp: Connect = (address, handlers, signal) =>
+    connectTransport({ ...address, scheme: "tcp" }, handlers, signal);
+  await using pair = await readyClient([`tls://${a.address}`, b.address], {
+    connect: plainTcp,
+    reconnectIntervalMs: 60_000,
+  });
+  const lock = await pair.acquire("k3", { lease: 30 });
+  await a.stopListening();
+  await a.dropAll();
+  await waitUntil(() => pair.connected === 1, "the client to see node a gone");
+  assert.equal(lock.signal.aborted, false, `still held: ${lock.signal.reason}`);
+  await lock.release();
+});

@@ -2573,7 +2573,7 @@ var LockClient = class {
   #connectionLost() {
     if (this.#closing.signal.aborted) return;
     const connections = this.#router.connections;
-    const bridged = connections.filter((c) => c.address.scheme !== "tcp");
+    const bridged = connections.filter((c) => c.address.url !== void 0);
     let why;
     if (!connections.some((c) => c.up)) why = "every connection to lockd dropped";
     else if (bridged.length > 0 && !bridged.some((c) => c.up)) {
