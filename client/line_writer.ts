@@ -13,6 +13,12 @@ import { utf8Length } from "./codec/fields.ts";
 /** Where a {@linkcode LineWriter} writes: a socket's `write`, which may write part of it. */
 export type WriteBytes = (data: Uint8Array) => Promise<number>;
 
+/** A socket a {@linkcode LineWriter} writes to itself (no closure per connection). */
+export interface ByteSink {
+  /** Writes some of `data`; resolves with how much. */
+  write(data: Uint8Array): Promise<number>;
+}
+
 /** Callbacks of {@linkcode LineWriter}. */
 export interface LineWriterEvents {
   /** A write finished; `units` of output are no longer held. */
@@ -60,7 +66,7 @@ const ENDED = () => {};
 
 /** Queues lines and writes them in batches. */
 export class LineWriter {
-  #write: WriteBytes;
+  #sink: ByteSink;
   #events: LineWriterEvents;
   #out: string[] = [];
   /** UTF-16 units in #out (not yet handed to a write). */
@@ -76,9 +82,9 @@ export class LineWriter {
   /** Set by {@linkcode end}: called once the last write is done (then a no-op). */
   #shut: (() => void) | undefined;
 
-  /** @param write Writes bytes. @param events What to tell the owner. */
-  constructor(write: WriteBytes, events: LineWriterEvents) {
-    this.#write = write;
+  /** @param sink Writes bytes: a socket, or a function. @param events What to tell the owner. */
+  constructor(sink: ByteSink | WriteBytes, events: LineWriterEvents) {
+    this.#sink = typeof sink === "function" ? { write: sink } : sink;
     this.#events = events;
   }
 
@@ -157,7 +163,7 @@ export class LineWriter {
     try {
       let offset = 0;
       while (offset < data.length) {
-        offset += await this.#write(offset === 0 ? data : data.subarray(offset));
+        offset += await this.#sink.write(offset === 0 ? data : data.subarray(offset));
       }
     } catch (error) {
       this.#writing = false;

@@ -114,7 +114,7 @@ class TcpTransport implements Transport {
     this.#handlers = handlers;
     // Idle until a request is outstanding: an idle connection never keeps the process alive.
     this.ref(false);
-    this.#writer = new LineWriter((data) => conn.write(data), {
+    this.#writer = new LineWriter(conn, {
       failed: () => this.close(),
     });
     this.#read();

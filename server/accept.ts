@@ -9,7 +9,12 @@
 
 import { errorReply, TOO_MANY_CONNECTIONS } from "../client/codec.ts";
 import type { Batch } from "./batch.ts";
-import { type LineHandler, LineSocket, type ReplyGate } from "./line_socket.ts";
+import {
+  type LineHandler,
+  LineSocket,
+  type LineSocketOptions,
+  type ReplyGate,
+} from "./line_socket.ts";
 import type { Logger } from "./log.ts";
 import { LogLimit } from "./log_limit.ts";
 
@@ -97,12 +102,20 @@ export class Acceptor implements Routing {
   #loop: Promise<void>;
   /** Refusals at the cap: one line a second under a flood. */
   #refusals = new LogLimit(1000);
+  /** The options of every client socket: one object for all (an idle socket stays small). */
+  #socketOptions: LineSocketOptions;
 
   /** Starts accepting on `listener`. */
   constructor(listener: Deno.Listener, routes: AcceptRoutes, options: AcceptorOptions) {
     this.#listener = listener;
     this.#routes = routes;
     this.#options = options;
+    this.#socketOptions = {
+      batch: options.batch,
+      log: options.log,
+      replies: options.replies,
+      tooLong: options.tooLong,
+    };
     this.#loop = this.#acceptLoop();
   }
 
@@ -176,12 +189,7 @@ export class Acceptor implements Routing {
     const remote = remoteOf(conn);
     // One handler object per connection, no closures: idle connections stay small.
     const router = new FirstLine(this);
-    const socket = new LineSocket(conn, remote, router, {
-      batch: this.#options.batch,
-      log: this.#options.log,
-      replies: this.#options.replies,
-      tooLong: this.#options.tooLong,
-    });
+    const socket = new LineSocket(conn, remote, router, this.#socketOptions);
     router.socket = socket;
     this.#clients.add(socket);
   }

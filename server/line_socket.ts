@@ -84,6 +84,9 @@ interface Held {
   position: number;
 }
 
+/** No reply held: shared by every socket, never added to (an idle socket stays small). */
+const NONE_HELD: readonly Held[] = Object.freeze([]);
+
 /**
  * A line-oriented connection with batched, bounded output. It is itself its reader's sink
  * and its writer's listener (those methods are marked internal): an idle connection then
@@ -100,7 +103,7 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
   /** UTF-16 units of replies held by the session before they can be queued here. */
   #heldElsewhere = 0;
   /** Replies waiting for the standbys (sync replication), in order. */
-  #held: Held[] = [];
+  #held: readonly Held[] = NONE_HELD;
   #dirty = false;
   #closed = false;
   #closing = false;
@@ -134,7 +137,7 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
     this.#pauseAt = options.pauseAt ?? 256 * 1024;
     this.#dropAt = options.dropAt ?? 4 * 1024 * 1024;
     this.#maxLineBytes = options.maxLineBytes ?? MAX_LINE_BYTES;
-    this.#writer = new LineWriter((data) => conn.write(data), this);
+    this.#writer = new LineWriter(conn, this);
     if (options.urgent) options.batch.link(this);
     this.#done = this.#readLoop();
   }
@@ -154,7 +157,9 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
     if (this.#closed) return;
     const position = this.#options.replies?.position() ?? 0;
     if (position > 0 || this.#held.length > 0) {
-      this.#held.push({ line, position });
+      const held = this.#held === NONE_HELD ? [] : this.#held as Held[];
+      held.push({ line, position });
+      this.#held = held;
       this.#heldElsewhere += line.length + 1;
     } else this.#writer.push(line);
     if (this.#writer.held + this.#heldElsewhere > this.#dropAt) {
@@ -211,7 +216,7 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
       this.#heldElsewhere -= held[i].line.length + 1;
       this.#writer.push(held[i].line);
     }
-    this.#held = i === held.length ? [] : held.slice(i);
+    this.#held = i === held.length ? NONE_HELD : held.slice(i);
     if (this.#held.length > 0) gate?.wait(this);
   }
 
@@ -229,7 +234,7 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
     if (this.#closed) return;
     this.#closed = true;
     this.#writer.discard();
-    this.#held = [];
+    this.#held = NONE_HELD;
     if (this.#options.urgent) this.#options.batch.unlink(this);
     clearTimeout(this.#graceTimer);
     this.#resume?.();

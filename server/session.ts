@@ -116,7 +116,7 @@ export class ClientSession implements LineHandler {
   #ctx: SessionContext;
   #sink: ReplySink;
   /** Per key: acquires of this connection not yet answered, and replies held behind them. */
-  #order = new ReplyOrder<Ticket>();
+  #order: ReplyOrder<Ticket> | undefined; // made on the first queued acquire
   /** Acquires of this connection waiting in the table. */
   #waiting = 0;
   #closed = false;
@@ -231,7 +231,7 @@ export class ClientSession implements LineHandler {
           else {
             ticket.waiter = outcome;
             this.#waiting++;
-            this.#order.push(key, ticket);
+            (this.#order ??= new ReplyOrder()).push(key, ticket);
           }
           return;
         }
@@ -304,7 +304,7 @@ export class ClientSession implements LineHandler {
     if (ticket.waiter !== undefined) this.#waiting--;
     ticket.waiter = undefined;
     ticket.reply = reply;
-    if (!this.#order.has(ticket.key)) return;
+    if (this.#order === undefined || !this.#order.has(ticket.key)) return;
     this.#sink.hold?.(reply.length + 1);
     this.#order.drain(ticket.key, sendDecided);
   }
@@ -328,11 +328,11 @@ export class ClientSession implements LineHandler {
     if (session !== undefined && this.#ctx.grace !== undefined) {
       this.#ctx.grace.detach(session, this.#ctx.hello?.clock() ?? performance.now());
     }
-    for (const ticket of this.#order.entries()) {
+    for (const ticket of this.#order?.entries() ?? []) {
       if (ticket.waiter !== undefined) this.#ctx.table.cancel(ticket.waiter);
       ticket.waiter = undefined;
     }
-    this.#order.clear();
+    this.#order?.clear();
     this.#waiting = 0;
   }
 
@@ -392,13 +392,13 @@ export class ClientSession implements LineHandler {
   /** Sends a reply to (op, key), behind any earlier unanswered acquire of the same key. */
   #reply(op: string, key: string, line: string): void {
     this.#answered++;
-    if (op !== "A" || !this.#order.has(key)) {
+    if (op !== "A" || this.#order === undefined || !this.#order.has(key)) {
       this.#sink.send(line);
       return;
     }
     const held = new Ticket(this, key);
     held.reply = line;
-    this.#order.push(key, held);
+    this.#order.push(key, held); // (made: has(key) was true)
     this.#sink.hold?.(line.length + 1);
   }
 }
