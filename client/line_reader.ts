@@ -21,6 +21,16 @@ export function startsTlsRecord(bytes: Uint8Array): boolean {
   return bytes.length >= 2 && (bytes[0] === 0x15 || bytes[0] === 0x16) && bytes[1] === 0x03;
 }
 
+/**
+ * `message` (a TLS handshake's error), with a hint when it says the node answered in plain
+ * text (a `tls://` address of a node without TLS).
+ */
+export function plainAnswerHint(message: string): string {
+  return /InvalidContentType|wrong version number/i.test(message)
+    ? `${message}: the node may not speak TLS (use host:port)`
+    : message;
+}
+
 /** Where a {@linkcode LineReader} delivers what it finds. */
 export interface LineSink {
   /** One line, without its line ending, never empty. */

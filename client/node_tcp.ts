@@ -13,7 +13,7 @@
 
 import type { Address } from "./address.ts";
 import { MAX_LINE_BYTES } from "./codec.ts";
-import { LineReader, SPOKE_TLS, startsTlsRecord } from "./line_reader.ts";
+import { LineReader, plainAnswerHint, SPOKE_TLS, startsTlsRecord } from "./line_reader.ts";
 import { LineWriter } from "./line_writer.ts";
 import type { Transport, TransportHandlers } from "./transport.ts";
 
@@ -119,7 +119,12 @@ export async function connectNodeTcp(
     });
     ready = "secureConnect";
   } else socket = net.connect({ host: hostname, port });
-  await opened(socket, ready, signal);
+  try {
+    await opened(socket, ready, signal);
+  } catch (error) {
+    if (ready !== "secureConnect" || signal.aborted || !(error instanceof Error)) throw error;
+    throw new Error(plainAnswerHint(error.message));
+  }
   try {
     socket.setNoDelay(true);
   } catch {

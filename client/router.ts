@@ -241,7 +241,7 @@ export class Router {
             throw new LockRejectedError(op, key, connection.refusal);
           }
           // A redirect to a node that is down: the cluster is failing over. Ask again soon.
-          lastProblem = `${connection.address.key} is unreachable`;
+          lastProblem = `${addressText(connection.address)} is unreachable`;
           if (this.#active === connection.address.key) this.#active = undefined;
           await pause();
           continue;
@@ -299,7 +299,7 @@ export class Router {
         continue;
       }
       if (action === "retry") {
-        lastProblem = `${connection.address.key} answered "${reply.text}"`;
+        lastProblem = `${addressText(connection.address)} answered "${reply.text}"`;
         await pause();
         continue;
       }

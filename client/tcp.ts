@@ -10,7 +10,7 @@
 
 import type { Address } from "./address.ts";
 import { MAX_LINE_BYTES } from "./codec.ts";
-import { LineReader, SPOKE_TLS, startsTlsRecord } from "./line_reader.ts";
+import { LineReader, plainAnswerHint, SPOKE_TLS, startsTlsRecord } from "./line_reader.ts";
 import { LineWriter } from "./line_writer.ts";
 import { setTimerUnref } from "./timer.ts";
 import type { Transport, TransportHandlers } from "./transport.ts";
@@ -72,7 +72,7 @@ export async function connectTcp(
     } catch (error) {
       conn.close();
       const why = error instanceof Error ? error.message : String(error);
-      throw signal.aborted ? error : new Error(`TLS handshake failed: ${why}`);
+      throw signal.aborted ? error : new Error(`TLS handshake failed: ${plainAnswerHint(why)}`);
     }
   } else conn = await deno.connect({ hostname, port, signal });
   if (signal.aborted) {

@@ -7,7 +7,13 @@
  * @module
  */
 
-/** Decides, per key, which of a run of repeated lines are logged. */
+/** Keys kept at most (then all are forgotten at once). */
+const MAX_KEYS = 1024;
+
+/**
+ * Decides, per key, which of a run of repeated lines are logged. Key by the kind of event
+ * (a fixed set), never by text a remote chose.
+ */
 export class LogLimit {
   #intervalMs: number;
   #now: () => number;
@@ -31,8 +37,9 @@ export class LogLimit {
     const now = this.#now();
     const entry = this.#keys.get(key);
     if (entry === undefined) {
-      // Keys seen once long ago are forgotten, so that the map stays small.
-      if (this.#keys.size >= 1024) this.#forgetOld(now);
+      // Keys are meant to be few (kinds of events, not their details). Should there be many,
+      // they are forgotten all at once: memory stays bounded, each call O(1) amortised.
+      if (this.#keys.size >= MAX_KEYS) this.#keys.clear();
       this.#keys.set(key, { loggedAt: now, held: 0 });
       return 0;
     }
@@ -49,11 +56,5 @@ export class LogLimit {
   /** `"; N more since the last such line"`, or `""` when none was held back. */
   static more(held: number): string {
     return held > 0 ? `; ${held} more since the last such line` : "";
-  }
-
-  #forgetOld(now: number): void {
-    for (const [key, entry] of this.#keys) {
-      if (now - entry.loggedAt >= this.#intervalMs) this.#keys.delete(key);
-    }
   }
 }

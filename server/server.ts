@@ -230,9 +230,10 @@ export class LockServer {
       peer: cluster === undefined ? undefined : (line, socket) => {
         const hello = decodePeer(line);
         const node = this.#cluster!;
-        const refuse = (why: string) => {
-          // A misconfigured peer redials every heartbeat: one line per reason every 10 s.
-          const held = this.#peerRefusals.pass(why);
+        const refuse = (kind: string, why: string) => {
+          // A misconfigured peer redials every heartbeat: one line per kind every 10 s (the
+          // kind, not the text, which names an address the dialer chose).
+          const held = this.#peerRefusals.pass(kind);
           if (held === undefined) return null;
           log.warn(`refused a peer handshake from ${socket.remote}: ${why}${LogLimit.more(held)}`, {
             event: "peer-refused",
@@ -241,14 +242,17 @@ export class LockServer {
           });
           return null;
         };
-        if (hello.type !== "PEER") return refuse("malformed");
-        if (!node.knows(hello.address)) return refuse(`${hello.address} is not in --peers`);
+        if (hello.type !== "PEER") return refuse("malformed", "malformed");
+        if (!node.knows(hello.address)) {
+          return refuse("unknown", `${hello.address} is not in --peers`);
+        }
         const secret = cluster.peerSecret;
         if (secret !== undefined && hello.nonce === undefined) {
-          return refuse(`${hello.address} offered no proof of the cluster secret`);
+          return refuse("no-proof", `${hello.address} offered no proof of the cluster secret`);
         }
         if (secret === undefined && hello.nonce !== undefined) {
           return refuse(
+            "no-secret",
             `${hello.address} authenticates peers, this node has no --peer-secret-file`,
           );
         }
@@ -268,7 +272,7 @@ export class LockServer {
           remote: socket.remote,
           send: (reply) => socket.send(reply),
           close: () => socket.close(),
-          log,
+          refused: (why) => refuse("wrong-proof", why),
           accepted: inbound,
         });
       },

@@ -143,12 +143,32 @@ Deno.test("a peer handshake without the cluster secret is refused and logged", a
     await guess.send(`PEERPROOF ${"00".repeat(32)}`);
     assert.deepEqual(await guess.closedByPeer(5000), []);
     await guess.close();
-    await active.waitForLog(/refused peer .* did not prove the cluster secret/, { since: mark });
+    await active.waitForLog(/refused a peer handshake from .* did not prove the cluster secret/, {
+      since: mark,
+    });
     // An address not in --peers is refused before any challenge.
     const stranger = await LineClient.connectTls(active.port, [files.caPem]);
     await stranger.send(`PEER 1 127.0.0.1:1 ${"cd".repeat(16)}`);
     assert.deepEqual(await stranger.closedByPeer(5000), []);
     await stranger.close();
+    await active.waitForLog(/refused a peer handshake from .*127\.0\.0\.1:1 is not in --peers/);
+    // Repeats are limited per kind of refusal, whatever address or proof each one names.
+    mark = active.logMark();
+    for (let i = 0; i < 30; i++) {
+      const flood = await LineClient.connectTls(active.port, [files.caPem]);
+      await flood.send(
+        i % 2 === 0 ? `PEER 1 10.9.${i}.1:7321` : `PEER 1 ${posing} ${"ef".repeat(16)}`,
+      );
+      if (i % 2 === 1) {
+        await flood.readLine(3000);
+        await flood.send(`PEERPROOF ${i.toString(16).padStart(64, "0")}`);
+      }
+      await flood.closedByPeer(5000);
+      await flood.close();
+    }
+    const refusals = active.stderr().slice(-(active.logMark() - mark)).split("\n")
+      .filter((l) => l.includes("refused a peer handshake"));
+    assert.ok(refusals.length <= 1, refusals.join("\n"));
     // The cluster is unchanged.
     assert.equal(await cluster.waitForOneActive(), active);
   });
@@ -218,13 +238,13 @@ Deno.test("a cluster with --peer-secret-file on one node only says so a few time
         await secured.start();
         // Both say what is wrong...
         await plain.waitForLog(/this node has no --peer-secret-file/, { since: mark });
-        await plain.waitForLog(/down right after coming up .*--peer-secret-file/, { since: mark });
+        await plain.waitForLog(/closed within 1 s of opening.*--peer-secret-file/, { since: mark });
         await secured.waitForLog(/offered no proof of the cluster secret/);
         // ...and then hold their peace: about 30 redials in 3 s, a few lines at most.
         const [plainMark, securedMark] = [plain.logMark(), secured.logMark()];
         await new Promise((resolve) => setTimeout(resolve, 3000));
         const lines = (text: string) =>
-          text.split("\n").filter((l) => /peer-refused|link-up|link-down/.test(l));
+          text.split("\n").filter((l) => /peer-refused|link-up|link-down|link-brief/.test(l));
         const fromPlain = lines(plain.stderr().slice(-(plain.logMark() - plainMark)));
         const fromSecured = lines(secured.stderr().slice(-(secured.logMark() - securedMark)));
         assert.ok(

@@ -24,12 +24,12 @@ Deno.test("LogLimit passes one line per key and interval and counts the rest", (
   assert.equal(LogLimit.more(0), "");
 });
 
-Deno.test("LogLimit forgets old keys instead of growing without bound", () => {
+Deno.test("LogLimit forgets its keys at once past 1,024 instead of growing without bound", () => {
   let now = 0;
   const limit = new LogLimit(1000, () => now);
   for (let i = 0; i < 1024; i++) limit.pass(`k${i}`);
   now = 2000;
-  // The 1025th key makes room by forgetting the old ones; a forgotten key starts afresh.
+  // The 1,025th key makes room by forgetting them all; a forgotten key starts afresh.
   assert.equal(limit.pass("new"), 0);
   assert.equal(limit.pass("k0"), 0);
   now = 2001;

@@ -226,3 +226,33 @@ Deno.test("a cluster logs JSON lines: roles, links, and a failover naming the lo
     assert.ok(records.some((r) => r.level === "debug" && / > /.test(r.msg)));
   }, { args: ["--log-format", "json"] });
 });
+
+Deno.test("a peer that dies again and again soon after starting: a few lines, its last death not hidden, its return logged", async () => {
+  await Cluster.run(2, async (cluster) => {
+    const active = await cluster.waitForOneActive({ timeoutMs: 5000 });
+    const other = cluster.members.find((m) => m !== active)!;
+    const mark = active.logMark();
+    for (let i = 0; i < 4; i++) {
+      if (!other.running) await other.start();
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      await other.kill("SIGKILL");
+    }
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const peer = JSON.stringify(other.address);
+    const linkLines = () =>
+      active.stderr().slice(-(active.logMark() - mark)).split("\n")
+        .filter((l) => l.includes(`"peer":${peer}`) && /"event":"link-/.test(l))
+        .map((l) => JSON.parse(l));
+    const dead = linkLines();
+    assert.ok(dead.length >= 1 && dead.length <= 4, JSON.stringify(dead));
+    // The last word on a dead peer is not that its link is up.
+    assert.notEqual(dead.at(-1).event, "link-up", JSON.stringify(dead));
+    assert.match(dead.at(-1).msg, /down|closed within/);
+    // Once it stays up, that is logged, with the brief links before it.
+    await other.start();
+    await active.waitForLog(new RegExp(`link to peer ${other.address.replaceAll(".", "\\.")} up`), {
+      since: mark,
+      timeoutMs: 5000,
+    });
+  }, { args: ["--log-format", "json"] });
+});

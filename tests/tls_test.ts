@@ -132,6 +132,27 @@ Deno.test("a plain-TCP LockClient against a TLS port is told to use tls://, over
   });
 });
 
+Deno.test("a tls:// LockClient against a plain node is told it may not speak TLS, over both transports", async () => {
+  await withServer([], async (server) => {
+    for (const connect of [connectTcp, connectNodeTcp]) {
+      const client = new LockClient(`tls://127.0.0.1:${server.port}`, {
+        connect,
+        retryTimeoutMs: 1000,
+      });
+      try {
+        await assert.rejects(
+          client.acquire("tls:on-plain", { lease: 10 }),
+          (e) =>
+            e instanceof LockUnavailableError &&
+            e.message.includes("the node may not speak TLS (use host:port)"),
+        );
+      } finally {
+        await client.close();
+      }
+    }
+  });
+});
+
 Deno.test("an abort during a TLS handshake that never ends rejects at once, over both transports", async () => {
   // A listener that accepts and never answers: the handshake hangs until the abort.
   const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });

@@ -1696,7 +1696,7 @@ var Router = class {
           if (connection2.refusal !== void 0) {
             throw new LockRejectedError(op, key, connection2.refusal);
           }
-          lastProblem = `${connection2.address.key} is unreachable`;
+          lastProblem = `${addressText(connection2.address)} is unreachable`;
           if (this.#active === connection2.address.key) this.#active = void 0;
           await pause();
           continue;
@@ -1755,7 +1755,7 @@ var Router = class {
         continue;
       }
       if (action === "retry") {
-        lastProblem = `${connection.address.key} answered "${reply.text}"`;
+        lastProblem = `${addressText(connection.address)} answered "${reply.text}"`;
         await pause();
         continue;
       }

@@ -12,7 +12,6 @@
 
 import { createHmac, randomBytes, timingSafeEqual } from "node:crypto";
 import type { LineHandler } from "../line_socket.ts";
-import type { Logger } from "../log.ts";
 import { decodePeer, encodePeer } from "./peer_codec.ts";
 
 /** A fresh 128-bit nonce, as 32 lowercase hex digits. */
@@ -86,8 +85,8 @@ export interface AcceptorOptions {
   send(line: string): void;
   /** Closes the connection. */
   close(): void;
-  /** Where a refused proof is reported. */
-  log: Logger;
+  /** A refused proof, for the log (the server limits repeats). */
+  refused(why: string): void;
   /** The handler of the peer's lines once it proved the secret. */
   accepted(): LineHandler;
 }
@@ -126,11 +125,7 @@ export class AcceptorHandshake implements LineHandler {
       return;
     }
     this.#refused = true;
-    o.log.warn(`refused peer ${o.dialer} from ${o.remote}: it did not prove the cluster secret`, {
-      event: "peer-refused",
-      peer: o.dialer,
-      remote: o.remote,
-    });
+    o.refused(`${o.dialer} did not prove the cluster secret`);
     o.close();
   }
 

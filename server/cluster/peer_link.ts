@@ -37,10 +37,13 @@ export interface PeerLinkOptions {
   onDown(address: string): void;
 }
 
-/** A link that closes sooner than this after coming up is flapping (ms). */
-const FLAP_MS = 1000;
-/** While a link flaps, its up and down lines go out at most this often (ms). */
-const FLAP_LOG_MS = 10_000;
+/**
+ * A link is logged as up once it has stayed up this long (ms); one that closes sooner is a
+ * brief link (the peer restarting, or refusing this node's handshake).
+ */
+const BRIEF_MS = 1000;
+/** Brief links and refused proofs are logged at most this often (ms), with a count. */
+const BRIEF_LOG_MS = 10_000;
 
 /** Output a peer may owe us before its link is dropped (a snapshot of a million locks fits). */
 const PEER_OUTPUT_LIMIT = 512 * 1024 * 1024;
@@ -57,12 +60,14 @@ export class PeerLink {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #dialing = false;
   #stopped = false;
-  /** When the current link came up (ms, `performance.now()`). */
-  #upAt = 0;
-  /** Links in a row that closed right after coming up (a peer refusing our handshake). */
-  #flaps = 0;
-  #flapLog = new LogLimit(FLAP_LOG_MS);
-  #proofLog = new LogLimit(FLAP_LOG_MS);
+  /** Logs the current link as up once it has lasted {@linkcode BRIEF_MS}. */
+  #upTimer: ReturnType<typeof setTimeout> | undefined;
+  /** Whether the current link was logged as up (so its end is logged too). */
+  #upLogged = false;
+  /** Brief links since the last link logged as up. */
+  #brief = 0;
+  #briefLog = new LogLimit(BRIEF_LOG_MS);
+  #proofLog = new LogLimit(BRIEF_LOG_MS);
 
   /** @param address The peer's `host:port`. @param target Parsed. @param options Settings. */
   constructor(address: string, target: HostPort, options: PeerLinkOptions) {
@@ -90,6 +95,7 @@ export class PeerLink {
   async stop(): Promise<void> {
     this.#stopped = true;
     clearTimeout(this.#timer);
+    clearTimeout(this.#upTimer);
     this.#pending?.close();
     const socket = this.#socket;
     if (socket === undefined) return;
@@ -197,38 +203,46 @@ export class PeerLink {
 
   #up(socket: LineSocket): void {
     this.#socket = socket;
-    this.#upAt = performance.now();
-    // While the link flaps, its up and down lines are limited (see #logDown).
-    if (this.#flaps === 0 || this.#flapLog.pass("up") !== undefined) {
-      this.#options.log.info(`link to peer ${this.address} up`, {
+    this.#upLogged = false;
+    // Logged once it has lasted: a peer that closes every link at once (it refuses this
+    // node's handshake) then makes one limited line, not an "up" and a "down" per redial.
+    this.#upTimer = setTimeout(() => {
+      this.#upTimer = undefined;
+      if (this.#socket !== socket || this.#stopped) return;
+      this.#upLogged = true;
+      const brief = this.#brief;
+      this.#brief = 0;
+      const after = brief > 0 ? ` (after ${brief} brief ${brief === 1 ? "link" : "links"})` : "";
+      this.#options.log.info(`link to peer ${this.address} up${after}`, {
         event: "link-up",
         peer: this.address,
+        brief,
       });
-    }
+    }, BRIEF_MS);
     this.#options.onUp(this.address);
   }
 
   /**
-   * The link went down. One that closed right after coming up, again and again, is most
-   * likely refused by the peer (a `--peer-secret-file` on one node only): said once per
-   * {@linkcode FLAP_LOG_MS}, with a count and the likely cause.
+   * The link went down: logged if its coming up was. A brief one counts, and is said once per
+   * {@linkcode BRIEF_LOG_MS} with a count and the likely causes.
    */
   #logDown(): void {
     const peer = this.address;
-    if (performance.now() - this.#upAt >= FLAP_MS) {
-      this.#flaps = 0;
+    clearTimeout(this.#upTimer);
+    this.#upTimer = undefined;
+    if (this.#upLogged) {
+      this.#upLogged = false;
       this.#options.log.info(`link to peer ${peer} down`, { event: "link-down", peer });
       return;
     }
-    this.#flaps++;
-    const held = this.#flapLog.pass("down");
+    this.#brief++;
+    const held = this.#briefLog.pass("brief");
     if (held === undefined) return;
     this.#options.log.warn(
-      `link to peer ${peer} down right after coming up ` +
-        `(${this.#flaps} ${this.#flaps === 1 ? "time" : "times"} in a row): ` +
-        `the peer may refuse this node's handshake; check that both have the same ` +
-        `--peer-secret-file${LogLimit.more(held)}`,
-      { event: "link-down", peer, flaps: this.#flaps, suppressed: held },
+      `link to peer ${peer} closed within ${BRIEF_MS / 1000} s of opening` +
+        `${LogLimit.more(held)}: the peer is restarting, or refuses this node's handshake ` +
+        `(check --peer-secret-file and the TLS certificates on both)`,
+      { event: "link-brief", peer, suppressed: held },
     );
   }
 
