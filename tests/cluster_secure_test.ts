@@ -222,8 +222,11 @@ Deno.test("a cluster with --peer-secret-file on one node only says so a few time
   try {
     await Cluster.run(2, async (cluster) => {
       await cluster.waitForOneActive({ timeoutMs: 8000 });
-      // Node 1 comes back with a secret; node 0 has none. Each redials every heartbeat.
+      // Node 1 comes back with a secret; node 0 has none. Each redials every heartbeat. (Its
+      // link is logged up once it lasted a second: killed before, it would count as brief.)
       const seat = cluster.at(1);
+      const seatAddress = seat.address.replaceAll(".", "\\.");
+      await cluster.at(0).waitForLog(new RegExp(`link to peer ${seatAddress} up`));
       await seat.kill("SIGKILL");
       const { Member } = await import("./_cluster.ts");
       const secured = new Member(1, seat.port, await Deno.makeTempDir({ prefix: "lockd-half-" }), [
