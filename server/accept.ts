@@ -198,6 +198,7 @@ export class Acceptor implements Routing {
   route(line: string, socket: LineSocket): Route {
     if (line.startsWith("PEER ") && this.#routes.peer !== undefined) {
       this.#clients.delete(socket);
+      socket.ungate(); // a peer's challenge does not wait for the standbys
       const handler = this.#routes.peer(line, socket);
       if (handler === null) {
         socket.close();

@@ -105,6 +105,8 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
   /** Replies waiting for the standbys (sync replication), in order. */
   #held: readonly Held[] = NONE_HELD;
   #dirty = false;
+  /** Whether its replies wait for the standbys (a client's; not an inbound peer link's). */
+  #gated = true;
   #closed = false;
   #closing = false;
   #resume: (() => void) | null = null;
@@ -155,7 +157,7 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
   /** Queues one line (without `\n`) to be written at the end of this batch. */
   send(line: string): void {
     if (this.#closed) return;
-    const position = this.#options.replies?.position() ?? 0;
+    const position = this.#gated ? this.#options.replies?.position() ?? 0 : 0;
     if (position > 0 || this.#held.length > 0) {
       const held = this.#held === NONE_HELD ? [] : this.#held as Held[];
       held.push({ line, position });
@@ -201,7 +203,7 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
     this.#dirty = false;
     if (this.#closed) return;
     const options = this.#options;
-    if (!options.urgent && !options.batch.replicate(this)) return;
+    if (!options.urgent && this.#gated && !options.batch.replicate(this)) return;
     if (this.#held.length > 0) this.#release();
     this.#writer.flush();
   }
@@ -218,6 +220,14 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
     }
     this.#held = i === held.length ? NONE_HELD : held.slice(i);
     if (this.#held.length > 0) gate?.wait(this);
+  }
+
+  /**
+   * This accepted socket turned out to be a peer's link: what it writes (the handshake's
+   * challenge) never waits for replication, which a client's replies do.
+   */
+  ungate(): void {
+    this.#gated = false;
   }
 
   /** Stops reading, writes what is queued, then closes (e.g. after `line too long`). */

@@ -952,3 +952,32 @@ Deno.test("LineSocket closes when a write fails", async () => {
   assert.equal(stream.closes, 1);
   assert.equal(closes, 1);
 });
+
+Deno.test("LineSocket holds a client's replies for the standbys, but not once it is ungated (a peer link)", async () => {
+  const stream = new FakeStream();
+  let reached = 0;
+  const gate = { position: () => 5, reached: () => reached, wait() {} };
+  const socket = new LineSocket(stream, "10.0.0.9:5555", { line() {}, closed() {} }, {
+    batch: new Batch(),
+    log: recordingLog(),
+    replies: gate,
+  });
+  socket.send("held until position 5");
+  socket.flush();
+  assert.deepEqual(stream.writes, [], "a client's reply waits for the standbys");
+  socket.ungate();
+  const write = stream.nextWrite();
+  socket.send("PEERAUTH nonce proof");
+  socket.flush();
+  // The held reply keeps its place: the later line waits behind it...
+  assert.deepEqual(stream.writes, []);
+  reached = 5;
+  socket.flush();
+  assert.equal(await write, "held until position 5\nPEERAUTH nonce proof\n");
+  // ...and from then on nothing waits.
+  const next = stream.nextWrite();
+  socket.send("PEERAUTH again");
+  socket.flush();
+  assert.equal(await next, "PEERAUTH again\n");
+  socket.close();
+});

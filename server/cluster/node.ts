@@ -225,6 +225,7 @@ export class ClusterNode implements PeerReceiver {
   linkUp(address: string): void {
     this.#announce();
     if (this.#activeAddress === address) {
+      this.replica.reacknowledge(address); // an ACK sent while it was down was dropped
       this.replica.askAgain();
       this.#requestSync(this.#port.clock());
     }

@@ -170,7 +170,11 @@ export class PeerLink {
       },
       closed: () => {
         if (this.#socket !== socket) {
-          if (!this.#stopped && !proven) this.#retry();
+          // Closed before the acceptor proved itself (a refusal, a TLS failure): brief.
+          if (!this.#stopped && !proven) {
+            this.#logBrief();
+            this.#retry();
+          }
           return;
         }
         this.#socket = undefined;
@@ -212,10 +216,12 @@ export class PeerLink {
       this.#upLogged = true;
       const brief = this.#brief;
       this.#brief = 0;
-      const after = brief > 0 ? ` (after ${brief} brief ${brief === 1 ? "link" : "links"})` : "";
-      this.#options.log.info(`link to peer ${this.address} up${after}`, {
+      const after = brief > 0 ? `, after ${brief} brief ${brief === 1 ? "link" : "links"}` : "";
+      const since = new Date(Date.now() - BRIEF_MS).toISOString();
+      this.#options.log.info(`link to peer ${this.address} up (since ${since}${after})`, {
         event: "link-up",
         peer: this.address,
+        since,
         brief,
       });
     }, BRIEF_MS);
@@ -235,6 +241,12 @@ export class PeerLink {
       this.#options.log.info(`link to peer ${peer} down`, { event: "link-down", peer });
       return;
     }
+    this.#logBrief();
+  }
+
+  /** A link closed within {@linkcode BRIEF_MS} of opening (or before its handshake ended). */
+  #logBrief(): void {
+    const peer = this.address;
     this.#brief++;
     const held = this.#briefLog.pass("brief");
     if (held === undefined) return;

@@ -36,6 +36,9 @@ export class Replica {
   #ctx: ClusterContext;
   #options: ReplicaOptions;
   #requestedAt = -Infinity;
+  /** The last batch acknowledged, and to whom (sent again when the link comes back). */
+  #ackedTo: string | undefined;
+  #ackedSeq = 0;
 
   /** @param ctx The node's table, tokens, clock and links. @param options Settings. */
   constructor(ctx: ClusterContext, options: ReplicaOptions) {
@@ -46,6 +49,7 @@ export class Replica {
   /** `SNAP`: a snapshot begins; the table is cleared. */
   begin(activation: string, lastToken: bigint, floor: bigint): void {
     this.synced = false;
+    this.#ackedSeq = 0;
     this.complete = false;
     this.floor = floor;
     this.seen = { activation, token: lastToken };
@@ -83,7 +87,20 @@ export class Replica {
 
   /** `SEQ n` from `active`: everything before it is applied, so acknowledge batch `n`. */
   batch(active: string, n: number): void {
-    if (this.synced) this.#ctx.network.send(active, { type: "ACK", seq: n });
+    if (!this.synced) return;
+    this.#ackedTo = active;
+    this.#ackedSeq = n;
+    this.#ctx.network.send(active, { type: "ACK", seq: n });
+  }
+
+  /**
+   * The link to `active` came back: acknowledge the last batch again. An `ACK` sent while
+   * this node's link was down is dropped, and in sync replication the active holds every
+   * reply until it hears one (no later batch comes while every client waits).
+   */
+  reacknowledge(active: string): void {
+    if (!this.synced || this.#ackedTo !== active || this.#ackedSeq === 0) return;
+    this.#ctx.network.send(active, { type: "ACK", seq: this.#ackedSeq });
   }
 
   /** `SNAPEND`: the snapshot is complete; the stream continues. */
