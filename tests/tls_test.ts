@@ -6,7 +6,12 @@
  */
 
 import assert from "node:assert/strict";
-import { LockClient, LockRejectedError, LockUnavailableError } from "../mod.ts";
+import {
+  LockClient,
+  type LockClientOptions,
+  LockRejectedError,
+  LockUnavailableError,
+} from "../mod.ts";
 import { LineClient, type ServerProcess, withServer as withServerOf } from "./_helpers.ts";
 import { testPki, tlsArgs } from "./_tls.ts";
 import { connectTcp } from "../client/tcp.ts";
@@ -16,6 +21,23 @@ import { runLockd } from "./_lockd.ts";
 /** Starts a server with `args`, runs `fn`, then stops it and removes its data directory. */
 function withServer(args: string[], fn: (server: ServerProcess) => Promise<void>): Promise<void> {
   return withServerOf({ args }, (server) => fn(server));
+}
+
+/** Acquires with a fresh client of `address` and `options`; checks the unavailable error's text. */
+async function refusedWith(
+  address: string,
+  options: LockClientOptions,
+  matches: (message: string) => boolean,
+): Promise<void> {
+  const client = new LockClient(address, { retryTimeoutMs: 1000, ...options });
+  try {
+    await assert.rejects(
+      client.acquire("tls:refused", { lease: 10 }),
+      (e) => e instanceof LockUnavailableError && matches(e.message),
+    );
+  } finally {
+    await client.close();
+  }
 }
 
 function bridgeUrl(ready: string, scheme: "ws" | "wss"): string {
@@ -68,22 +90,12 @@ Deno.test("LockClient takes tls:// addresses with caCerts, and refuses a server 
     } finally {
       await client.close();
     }
-    const stranger = new LockClient(`tls://127.0.0.1:${server.port}`, {
-      caCerts: [pki.otherCaPem],
-      connectTimeoutMs: 2000,
-      retryTimeoutMs: 1000,
-    });
-    try {
-      // The handshake's reason, not just "lost".
-      await assert.rejects(
-        stranger.acquire("tls:stranger", { lease: 10 }),
-        (e) =>
-          e instanceof LockUnavailableError &&
-          /TLS handshake failed: .*UnknownIssuer/.test(e.message),
-      );
-    } finally {
-      await stranger.close();
-    }
+    // The handshake's reason, not just "lost".
+    await refusedWith(
+      `tls://127.0.0.1:${server.port}`,
+      { caCerts: [pki.otherCaPem], connectTimeoutMs: 2000 },
+      (m) => /TLS handshake failed: .*UnknownIssuer/.test(m),
+    );
   });
 });
 
@@ -91,17 +103,13 @@ Deno.test("a plain-TCP LockClient against a TLS port is told to use tls://, over
   const pki = await testPki();
   await withServer(tlsArgs(pki), async (server) => {
     for (const connect of [connectTcp, connectNodeTcp]) {
-      const plain = new LockClient(`127.0.0.1:${server.port}`, { connect, retryTimeoutMs: 1000 });
-      try {
-        await assert.rejects(
-          plain.acquire("tls:plain-client", { lease: 10 }),
-          (e) =>
-            e instanceof LockUnavailableError && e.message.includes(`(127.0.0.1:${server.port})`) &&
-            e.message.includes("the node answered in TLS: use a tls:// address"),
-        );
-      } finally {
-        await plain.close();
-      }
+      await refusedWith(
+        `127.0.0.1:${server.port}`,
+        { connect },
+        (m) =>
+          m.includes(`(127.0.0.1:${server.port})`) &&
+          m.includes("the node answered in TLS: use a tls:// address"),
+      );
     }
     // lockd status asks each node directly, and says why too.
     const status = await runLockd(["status", "--servers", `tls://127.0.0.1:${server.port}`]);
@@ -113,42 +121,22 @@ Deno.test("a plain-TCP LockClient against a TLS port is told to use tls://, over
       ),
     );
     // Over node:tls an untrusted certificate says so too.
-    const stranger = new LockClient(`tls://127.0.0.1:${server.port}`, {
-      connect: connectNodeTcp,
-      caCerts: [pki.otherCaPem],
-      retryTimeoutMs: 1000,
-    });
-    try {
-      await assert.rejects(
-        stranger.acquire("tls:stranger", { lease: 10 }),
-        (e) =>
-          e instanceof LockUnavailableError &&
-          e.message.includes(`(tls://127.0.0.1:${server.port})`) &&
-          /certificate/.test(e.message),
-      );
-    } finally {
-      await stranger.close();
-    }
+    await refusedWith(
+      `tls://127.0.0.1:${server.port}`,
+      { connect: connectNodeTcp, caCerts: [pki.otherCaPem] },
+      (m) => m.includes(`(tls://127.0.0.1:${server.port})`) && /certificate/.test(m),
+    );
   });
 });
 
 Deno.test("a tls:// LockClient against a plain node is told it may not speak TLS, over both transports", async () => {
   await withServer([], async (server) => {
     for (const connect of [connectTcp, connectNodeTcp]) {
-      const client = new LockClient(`tls://127.0.0.1:${server.port}`, {
-        connect,
-        retryTimeoutMs: 1000,
-      });
-      try {
-        await assert.rejects(
-          client.acquire("tls:on-plain", { lease: 10 }),
-          (e) =>
-            e instanceof LockUnavailableError &&
-            e.message.includes("the node may not speak TLS (use host:port)"),
-        );
-      } finally {
-        await client.close();
-      }
+      await refusedWith(
+        `tls://127.0.0.1:${server.port}`,
+        { connect },
+        (m) => m.includes("the node may not speak TLS (use host:port)"),
+      );
     }
   });
 });
