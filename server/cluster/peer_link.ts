@@ -66,8 +66,8 @@ export class PeerLink {
   #upLogged = false;
   /** Brief links since the last link logged as up. */
   #brief = 0;
-  #briefLog = new LogLimit(BRIEF_LOG_MS);
-  #proofLog = new LogLimit(BRIEF_LOG_MS);
+  /** Brief links and refused proofs: one line per kind every {@linkcode BRIEF_LOG_MS}. */
+  #limit = new LogLimit(BRIEF_LOG_MS);
 
   /** @param address The peer's `host:port`. @param target Parsed. @param options Settings. */
   constructor(address: string, target: HostPort, options: PeerLinkOptions) {
@@ -152,7 +152,7 @@ export class PeerLink {
         const ok = message.type === "PEERAUTH" &&
           sameProof(acceptorProof(secret, nonce, message.nonce, self), message.proof);
         if (!ok) {
-          const held = this.#proofLog.pass("proof");
+          const held = this.#limit.pass("proof");
           if (held !== undefined) {
             this.#options.log.warn(
               `peer ${this.address} did not prove the cluster secret${LogLimit.more(held)}`,
@@ -248,7 +248,7 @@ export class PeerLink {
   #logBrief(): void {
     const peer = this.address;
     this.#brief++;
-    const held = this.#briefLog.pass("brief");
+    const held = this.#limit.pass("brief");
     if (held === undefined) return;
     this.#options.log.warn(
       `link to peer ${peer} closed within ${BRIEF_MS / 1000} s of opening` +
