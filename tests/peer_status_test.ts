@@ -114,6 +114,14 @@ Deno.test("clusterReady() is true for a serving active and an in-sync standby on
 /** A replication stream on a fake clock and network. */
 function stream(mode: "async" | "sync") {
   let now = 0;
+  let streaming = true;
+  const warnings: string[] = [];
+  const log = {
+    debug() {},
+    info() {},
+    warn: (message: string) => warnings.push(message),
+    error() {},
+  };
   const sent: [string, PeerMessage][] = [];
   const ctx: ClusterContext = {
     table: {
@@ -136,12 +144,18 @@ function stream(mode: "async" | "sync") {
     },
     scheduler: { every: () => () => {}, after: () => () => {} },
   };
-  const s = new ReplicationStream(ctx, { streaming: () => true, mode });
+  const s = new ReplicationStream(ctx, { streaming: () => streaming, mode, log });
   const seqs = () =>
     sent.filter(([, m]) => m.type === "SEQ").map(([to, m]) =>
       `${to} ${(m as { seq: number }).seq}`
     );
-  return { s, at: (ms: number) => now = ms, seqs };
+  return {
+    s,
+    at: (ms: number) => now = ms,
+    seqs,
+    warnings,
+    stopStreaming: () => streaming = false,
+  };
 }
 
 Deno.test("async replication numbers a batch each heartbeat, and the acknowledgements give the lag", () => {
@@ -185,4 +199,24 @@ Deno.test("sync replication measures the lag per sealed batch and never numbers 
   assert.equal(s.lagMs("b:1", 130), 30);
   s.acked("b:1", 2);
   assert.equal(s.lagMs("b:1", 130), 0);
+});
+
+Deno.test("sync replication logs degraded and in sync again by name, and nothing when it stops streaming", () => {
+  const { s, warnings, stopStreaming } = stream("sync");
+  s.snapshot("10.0.0.2:7321", "act-1", 0n);
+  s.seal();
+  s.check();
+  assert.equal(s.degraded, true, "the standby has acknowledged nothing yet");
+  s.acked("10.0.0.2:7321", 1);
+  assert.equal(s.degraded, false);
+  s.remove("10.0.0.2:7321");
+  assert.equal(s.degraded, true);
+  stopStreaming(); // a handoff or demotion: no longer active
+  s.check();
+  assert.equal(s.degraded, false);
+  assert.deepEqual(warnings, [
+    "replication degraded: no standby in sync, answering without acknowledgements",
+    "replication in sync again (10.0.0.2:7321)",
+    "replication degraded: no standby in sync, answering without acknowledgements",
+  ]);
 });

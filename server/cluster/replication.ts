@@ -245,12 +245,15 @@ export class ReplicationStream implements ReplyGate {
     const degraded = this.#sync && this.#options.streaming() && inSync === undefined;
     if (degraded !== this.#degraded) {
       this.#degraded = degraded;
-      this.#options.log?.warn(
-        degraded
-          ? "replication degraded: no standby in sync, answering without acknowledgements"
-          : `replication in sync again (${inSync})`,
-        { event: degraded ? "replication-degraded" : "replication-in-sync", peer: inSync },
-      );
+      // Leaving the active role also ends a degraded spell, with no standby to name.
+      if (degraded || inSync !== undefined) {
+        this.#options.log?.warn(
+          degraded
+            ? "replication degraded: no standby in sync, answering without acknowledgements"
+            : `replication in sync again (${inSync})`,
+          { event: degraded ? "replication-degraded" : "replication-in-sync", peer: inSync },
+        );
+      }
     }
     return inSync === undefined ? Infinity : reached;
   }
