@@ -146,39 +146,3 @@ export function successor(self: SelfView, peers: readonly PeerView[]): PeerView 
       return aSynced === bSynced ? a.priority - b.priority : aSynced ? -1 : 1;
     })[0];
 }
-
-/** What a node knows of token marks when it promotes. */
-export interface SuccessionInput {
-  /** The last token it issued or knows of. */
-  last: bigint;
-  /** The highest mark a peer announced. */
-  peersMark: bigint;
-  /** Whether it has peers at all (a single node needs no margin). */
-  clustered: boolean;
-  /** Tokens per reserved block. */
-  block: bigint;
-  /** Wall clock, ms since the epoch. */
-  wallMs: number;
-}
-
-/**
- * The token floor of a new activation (docs/cluster.md, "Token succession"): above every
- * token seen replicated or announced and every peer's mark, with two blocks of margin for
- * grants the old active made but had not replicated; and in a cluster above the wall clock
- * in nanoseconds, so that even a node that missed the latest activation (it died first,
- * then came back alone) starts above it, as long as clocks agree and the cluster grants
- * fewer than a billion tokens a second (u64 lasts until 2554).
- *
- * @example
- * ```ts ignore
- * promotionFloor({ last: 10n, peersMark: 0n, clustered: false, block: 1000n, wallMs: 0 }); // 2010n
- * ```
- */
-export function promotionFloor(input: SuccessionInput): bigint {
-  let floor = input.last > input.peersMark ? input.last : input.peersMark;
-  if (input.clustered) {
-    const wallNanos = BigInt(Math.floor(input.wallMs)) * 1_000_000n;
-    if (wallNanos > floor) floor = wallNanos;
-  }
-  return floor + 2n * input.block;
-}

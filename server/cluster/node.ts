@@ -10,7 +10,8 @@
  */
 
 import type { Gate } from "../session.ts";
-import { decide, promotionFloor, type Role, type SelfView, successor } from "./election.ts";
+import { decide, type Role, type SelfView, successor } from "./election.ts";
+import { promotionFloor, raiseOnHeartbeat } from "./succession.ts";
 import { type Carried, handoffLimitMs, redirectTo } from "./handoff.ts";
 import { Handover } from "./handover.ts";
 import type { Owner } from "../owners.ts";
@@ -252,15 +253,10 @@ export class ClusterNode implements PeerReceiver {
   /** A heartbeat from `address`. */
   heartbeat(address: string, hb: Heartbeat): void {
     const peer = this.#peers.record(address, hb, this.#port.clock());
-    if (peer?.role === "active") {
-      this.#lastActiveSeen = this.#port.clock();
-      // An active's mark bounds every token it may issue: every standby persists it, so
-      // even a full-cluster restart never reuses a token. (Two actives do not raise each
-      // other, or they would leapfrog block after block; their merge raises the winner
-      // above the loser's last token.)
-      if (this.#role !== "active" && this.#role !== "handing-off") {
-        this.#port.tokens.raiseTo(peer.mark);
-      }
+    if (peer?.role === "active") this.#lastActiveSeen = this.#port.clock();
+    const self = { address: this.#self, role: this.#role };
+    if (peer !== undefined) {
+      raiseOnHeartbeat(self, this.#port.tokens, address, peer, this.#port.log);
     }
   }
 

@@ -1,0 +1,118 @@
+/**
+ * Token succession (docs/cluster.md, "Token succession"): the pure rules by which fencing
+ * tokens keep growing cluster-wide, whichever node issues them. A node that becomes active
+ * starts above every mark it knows ({@linkcode promotionFloor}); a node that hears a higher
+ * mark in a heartbeat raises its own ({@linkcode heartbeatFloor}).
+ *
+ * @module
+ */
+
+import type { Logger } from "../log.ts";
+import type { Role } from "./election.ts";
+import type { TokenMark } from "./ports.ts";
+
+/** What a node knows of token marks when it promotes. */
+export interface SuccessionInput {
+  /** The last token it issued or knows of. */
+  last: bigint;
+  /** The highest mark a peer announced. */
+  peersMark: bigint;
+  /** Whether it has peers at all (a single node needs no margin). */
+  clustered: boolean;
+  /** Tokens per reserved block. */
+  block: bigint;
+  /** Wall clock, ms since the epoch. */
+  wallMs: number;
+}
+
+/**
+ * The token floor of a new activation (docs/cluster.md, "Token succession"): above every
+ * token seen replicated or announced and every peer's mark, with two blocks of margin for
+ * grants the old active made but had not replicated; and in a cluster above the wall clock
+ * in nanoseconds, so that even a node that missed the latest activation (it died first,
+ * then came back alone) starts above it, as long as clocks agree and the cluster grants
+ * fewer than a billion tokens a second (u64 lasts until 2554).
+ *
+ * @example
+ * ```ts ignore
+ * promotionFloor({ last: 10n, peersMark: 0n, clustered: false, block: 1000n, wallMs: 0 }); // 2010n
+ * ```
+ */
+export function promotionFloor(input: SuccessionInput): bigint {
+  let floor = input.last > input.peersMark ? input.last : input.peersMark;
+  if (input.clustered) {
+    const wallNanos = BigInt(Math.floor(input.wallMs)) * 1_000_000n;
+    if (wallNanos > floor) floor = wallNanos;
+  }
+  return floor + 2n * input.block;
+}
+
+/** A heartbeat's sender, as {@linkcode heartbeatFloor} needs it. */
+export interface MarkSender {
+  /** Its role. */
+  role: Role;
+  /** The active it follows, if it names one. */
+  activeAddress: string | undefined;
+  /** Its mark: an active's reserved block, anyone else's highest known token or mark. */
+  mark: bigint;
+}
+
+/**
+ * The floor this node's tokens must be raised above on hearing `peer`'s heartbeat, or
+ * `undefined` to leave them:
+ *
+ * - a node that is not active (nor handing off) takes an active's mark, which bounds every
+ *   token that active may issue, so even a full-cluster restart never reuses one;
+ * - an active takes the mark of a node that follows it when that mark is above its own
+ *   reserved block: the follower knows a token this active never issued (it was active
+ *   itself during a split brain, then restarted and rejoined as a standby, so no merge
+ *   raised the winner above it), and the active's next tokens must exceed it.
+ *
+ * Two actives never raise each other, nor an active a node following another active: they
+ * would leapfrog block after block (their merge raises the winner instead). A follower's
+ * mark at or below the active's reserved block is the active's own, learned from it.
+ *
+ * @example
+ * ```ts ignore
+ * const self = { address: "10.0.0.1:7321", role: "active" as const };
+ * const peer = { role: "standby" as const, activeAddress: self.address, mark: 5000n };
+ * heartbeatFloor(self, { last: 10n, reserved: 1000n }, peer); // 5000n
+ * ```
+ */
+export function heartbeatFloor(
+  self: { address: string; role: Role },
+  tokens: { last: bigint; reserved: bigint },
+  peer: MarkSender,
+): bigint | undefined {
+  if (self.role === "active") {
+    const follower = peer.role !== "active" && peer.role !== "handing-off" &&
+      peer.activeAddress === self.address;
+    return follower && peer.mark > tokens.reserved ? peer.mark : undefined;
+  }
+  if (self.role === "handing-off" || peer.role !== "active") return undefined;
+  return peer.mark > tokens.last ? peer.mark : undefined;
+}
+
+/**
+ * Applies {@linkcode heartbeatFloor} to `tokens` for a heartbeat from `from`; an active that
+ * must raise its tokens logs it (`tokens-raised`): a node that issued higher tokens came
+ * back as its follower.
+ */
+export function raiseOnHeartbeat(
+  self: { address: string; role: Role },
+  tokens: TokenMark,
+  from: string,
+  peer: MarkSender,
+  log: Logger,
+): void {
+  const floor = heartbeatFloor(self, tokens, peer);
+  if (floor === undefined) return;
+  if (self.role === "active") {
+    log.warn(`fencing tokens raised above ${floor}, the highest known to ${from}`, {
+      event: "tokens-raised",
+      peer: from,
+      floor,
+    });
+  }
+  tokens.raiseTo(floor);
+}
