@@ -133,10 +133,16 @@ export class SessionGrace {
   #open = new Map<string, number>();
   #deadlines = new Map<string, number>();
   #graceMs: number;
+  #serving: () => boolean;
 
-  /** @param graceMs How long a session may have no connection before it is gone, ms. */
-  constructor(graceMs: number) {
+  /**
+   * @param graceMs How long a session may have no connection before it is gone, ms.
+   * @param serving Whether this node serves now: only then does a grace start (a standby
+   *   releases nothing; the sessions it mirrors get their grace when it becomes active).
+   */
+  constructor(graceMs: number, serving: () => boolean = () => true) {
     this.#graceMs = graceMs;
+    this.#serving = serving;
   }
 
   /** Sessions with a connection open or within their grace period. */
@@ -155,7 +161,10 @@ export class SessionGrace {
     this.#deadlines.delete(session);
   }
 
-  /** A connection of `session` closed at `now`: with none left, the grace starts. */
+  /**
+   * A connection of `session` closed at `now`: with none left, the grace starts (on a node
+   * that serves; elsewhere the session is simply no longer counted).
+   */
   detach(session: string, now: number): void {
     const open = (this.#open.get(session) ?? 1) - 1;
     if (open > 0) {
@@ -163,7 +172,7 @@ export class SessionGrace {
       return;
     }
     this.#open.delete(session);
-    this.#deadlines.set(session, now + this.#graceMs);
+    if (this.#serving()) this.#deadlines.set(session, now + this.#graceMs);
   }
 
   /**

@@ -57,7 +57,7 @@ export class Sessions {
   constructor(options: SessionsOptions) {
     this.#options = options;
     this.owners = new Owners(options.replicate);
-    this.grace = new SessionGrace(options.graceMs);
+    this.grace = new SessionGrace(options.graceMs, () => options.serving());
     this.hello = {
       credentials: options.credentials,
       throttle: new Throttle(),

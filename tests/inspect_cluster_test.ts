@@ -116,3 +116,22 @@ Deno.test("cluster (3 nodes): the node that takes over counts the failover, then
     assert.equal(taken.counts.failovers, 0);
   });
 });
+
+Deno.test("cluster (2 nodes): a standby stops counting a session once its connections close", async () => {
+  await Cluster.run(2, async (cluster) => {
+    const active = await cluster.waitForOneActive();
+    const standby = cluster.members.find((m) => m !== active)!;
+    await statusUntil(standby, (s) => s.role === "standby", "a standby");
+    const addresses = cluster.members.map((m) => m.address);
+    for (let i = 0; i < 3; i++) {
+      const client = new LockClient(addresses);
+      await (await client.acquire(`short:${i}`, { lease: 30 })).release();
+      await statusUntil(standby, (s) => s.sessions === 1, `session ${i} said hello to the standby`);
+      await client.close();
+    }
+    // A standby releases nothing, so it keeps no grace: each session is gone at its close.
+    await statusUntil(standby, (s) => s.sessions === 0, "no session left on the standby");
+    // The active keeps them for their grace (1 s here), then forgets them too.
+    await statusUntil(active, (s) => s.sessions === 0, "no session left on the active");
+  }, { args: ["--session-grace", "1"] });
+});

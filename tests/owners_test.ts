@@ -206,3 +206,21 @@ Deno.test("SessionGrace clearDeadlines() drops every deadline but keeps open con
   assert.equal(grace.nextDeadline(), 5200, "S2 gets 6000 from the promotion; S1 is first");
   assert.deepEqual(grace.due(6000), [S1, S2]);
 });
+
+Deno.test("SessionGrace on a node that does not serve counts open sessions only, with no deadline", () => {
+  let serving = false;
+  const grace = new SessionGrace(5000, () => serving);
+  grace.attach(S1);
+  grace.attach(S2);
+  assert.equal(grace.size, 2);
+  grace.detach(S1, 1000); // a standby: nothing to release, nothing to keep
+  assert.equal(grace.size, 1);
+  assert.equal(grace.nextDeadline(), undefined);
+  serving = true; // promoted: expect() gives bound sessions their grace from now
+  grace.expect([S1], 3000);
+  assert.equal(grace.nextDeadline(), 8000);
+  grace.detach(S2, 4000);
+  assert.equal(grace.size, 2);
+  assert.deepEqual(grace.due(9000).sort(), [S1, S2]);
+  assert.equal(grace.size, 0);
+});
