@@ -10,6 +10,7 @@ import assert from "node:assert/strict";
 import { LockClient } from "../mod.ts";
 import { LineClient } from "./_helpers.ts";
 import { Cluster, firstGrant, replicated, tokenOf, withLine } from "./_cluster.ts";
+import { runLockd } from "./_lockd.ts";
 import { testPki, tlsArgs } from "./_tls.ts";
 
 const ADMIN_SECRET = "cluster-admin-Secret-6f2b1e";
@@ -258,6 +259,11 @@ Deno.test("a cluster with --peer-secret-file on one node only says so a few time
           fromSecured.length <= 4,
           `node 1 logged ${fromSecured.length}:\n${fromSecured.join("\n")}`,
         );
+        // Both serve as active: lockd status names the split brain and exits 1.
+        await secured.waitForLog(/is active/, { timeoutMs: 10_000 });
+        const status = await runLockd(["status", "--servers", cluster.addresses.join(",")]);
+        assert.equal(status.code, 1, status.stderr);
+        assert.match(status.stderr, /lockd status: 2 nodes are active \(.*\): a split brain/);
       } finally {
         await secured.dispose();
         await Deno.remove(secured.dataDir, { recursive: true });

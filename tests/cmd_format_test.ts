@@ -13,7 +13,7 @@ import {
   statusJson,
   statusTable,
 } from "../server/cmd/format.ts";
-import { statusExit } from "../server/cmd/inspect.ts";
+import { activesOf, statusExit } from "../server/cmd/inspect.ts";
 import { nodeStatus } from "./_status_fixture.ts";
 
 /** A node status with the given parts (the rest zero). */
@@ -135,6 +135,14 @@ Deno.test("statusExit() is 0 when all answered, 1 when some did, 69 or 77 when n
     statusExit([{ address: A, error: 'lockd rejected S "-": authentication failed' }]),
     77,
   );
+});
+
+Deno.test("statusExit() is 1 when every node answered but two are active", () => {
+  const [a, b] = cluster();
+  const bActive = { address: B, status: node({ address: B, role: "active" }) };
+  assert.deepEqual(activesOf([a, b]), [A]);
+  assert.deepEqual(activesOf([a, bActive]), [A, B]);
+  assert.equal(statusExit([a, bActive]), 1);
 });
 
 Deno.test("locksTable() and locksJson() show key, token, holder, lease left, waiters", () => {

@@ -221,8 +221,9 @@ OPTIONS
 ${CONNECTION}
 
 EXIT STATUS
-    0   every node answered
-    1   some node did not answer (the others are printed)
+    0   every node answered, and at most one is active
+    1   some node did not answer (the others are printed), or more than
+        one is active (a split brain, named on standard error)
     64  bad usage (the message says what)
     66  a file named by an option cannot be read
     69  no node answered

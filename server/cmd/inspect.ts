@@ -1,7 +1,7 @@
 /**
  * `lockd status` and `lockd locks` (docs/cli.md): every node's status, asked of each node
  * directly, and the held keys, as tables or JSON; the exit status says how many nodes
- * answered (`statusExit`, pure).
+ * answered and whether more than one is active (`statusExit`, pure).
  *
  * @module
  */
@@ -13,13 +13,19 @@ import { locksJson, locksTable, statusJson, statusTable } from "./format.ts";
 import type { LocksArgs, StatusArgs } from "./parse.ts";
 import { type Output, withClient } from "./scripts.ts";
 
+/** The nodes that answered as active: more than one is a split brain (docs/cluster.md). */
+export function activesOf(results: NodeStatusResult[]): string[] {
+  return results.filter((r) => r.status?.role === "active").map((r) => r.address);
+}
+
 /**
- * The exit status of `lockd status`: 0 when every node answered, 1 when some did not, 69
- * when none did (77 when every one refused the credential).
+ * The exit status of `lockd status`: 0 when every node answered and at most one is active,
+ * 1 when some did not answer or more than one is active, 69 when none answered (77 when
+ * every one refused the credential).
  */
 export function statusExit(results: NodeStatusResult[]): number {
   const failed = results.filter((r) => r.status === undefined);
-  if (failed.length === 0) return EXIT.ok;
+  if (failed.length === 0) return activesOf(results).length > 1 ? EXIT.failure : EXIT.ok;
   if (failed.length < results.length) return EXIT.failure;
   return failed.every((r) => isRefusal(r.error ?? "")) ? EXIT.noPerm : EXIT.unavailable;
 }
@@ -33,6 +39,10 @@ export function statusCommand(
     const results = await client.status();
     for (const r of results) if (r.error !== undefined) io.err(`${r.address}: ${r.error}`);
     const code = statusExit(results);
+    const actives = activesOf(results);
+    if (actives.length > 1) {
+      io.err(`${actives.length} nodes are active (${actives.join(", ")}): a split brain`);
+    }
     const hint = credentialHint(code, args.connection.auth !== undefined);
     if (hint !== "") io.err(hint.trim().replace(/^\((.*)\)$/, "$1"));
     if (args.json) io.out(statusJson(results));
