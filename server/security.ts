@@ -48,6 +48,26 @@ function read(path: string, what: string): string {
   }
 }
 
+/**
+ * Warns when a file holding a secret can be read or written by any user (POSIX "other"
+ * bits; a group the service shares is a usual setup and not warned about). The path is
+ * logged, never the content.
+ */
+function warnIfOpen(path: string, what: string, log: Logger): void {
+  let mode: number | null;
+  try {
+    mode = Deno.statSync(path).mode;
+  } catch {
+    return; // Reading it says why.
+  }
+  if (mode === null || (mode & 0o006) === 0) return;
+  const octal = (mode & 0o777).toString(8).padStart(4, "0");
+  log.warn(`the ${what} "${path}" can be read by any user (mode ${octal}): chmod o-rw it`, {
+    event: "file-open",
+    path,
+  });
+}
+
 /** The bearer tokens of a token file: one per line, blank lines and `#` comments skipped. */
 function tokensOf(text: string): string[] {
   return text.split("\n").map((l) => l.trim()).filter((l) => l !== "" && !l.startsWith("#"));
@@ -78,6 +98,13 @@ function bearerOf(request: Request): string | undefined {
  * @throws {Error} If one cannot be read or is malformed (the message names the file).
  */
 export function loadSecurity(config: Config, log: Logger): Security {
+  const secrets: [string | undefined, string][] = [
+    [config.tls?.keyFile, "TLS key"],
+    [config.peerSecretFile, "peer secret file"],
+    [config.authFile, "auth file"],
+    [config.bridgeTokenFile, "bridge token file"],
+  ];
+  for (const [path, what] of secrets) if (path !== undefined) warnIfOpen(path, what, log);
   const tls = config.tls === undefined ? undefined : {
     cert: read(config.tls.certFile, "TLS certificate"),
     key: read(config.tls.keyFile, "TLS key"),
