@@ -8,6 +8,7 @@
  */
 
 import { errorReply, TOO_MANY_CONNECTIONS } from "../client/codec.ts";
+import { classifyAcceptError } from "./accept_errors.ts";
 import type { Batch } from "./batch.ts";
 import {
   type LineHandler,
@@ -91,6 +92,9 @@ class FirstLine implements LineHandler {
   }
 }
 
+/** The pause after an accept failed for want of resources (file descriptors...), in ms. */
+const ACCEPT_BACKOFF_MS = 50;
+
 /** Accepts connections on a listener until closed. */
 export class Acceptor implements Routing {
   #listener: Deno.Listener;
@@ -102,6 +106,8 @@ export class Acceptor implements Routing {
   #loop: Promise<void>;
   /** Refusals at the cap: one line a second under a flood. */
   #refusals = new LogLimit(1000);
+  /** Accepts failing for want of resources: one line every 10 s while it lasts. */
+  #acceptFailures = new LogLimit(10_000);
   /** The options of every client socket: one object for all (an idle socket stays small). */
   #socketOptions: LineSocketOptions;
 
@@ -149,9 +155,9 @@ export class Acceptor implements Routing {
         conn = await this.#listener.accept();
       } catch (error) {
         if (this.#closed) return;
-        // Out of file descriptors and the like: log, breathe, keep serving.
-        this.#options.log.error(`accept failed: ${error instanceof Error ? error.message : error}`);
-        await new Promise((resolve) => setTimeout(resolve, 50));
+        if (!this.#acceptFailed(error)) continue;
+        // Out of file descriptors and the like: breathe, keep serving.
+        await new Promise((resolve) => setTimeout(resolve, ACCEPT_BACKOFF_MS));
         continue;
       }
       if (this.#closed) {
@@ -166,6 +172,31 @@ export class Acceptor implements Routing {
       }
       this.#serve(conn);
     }
+  }
+
+  /**
+   * Logs a failed accept; whether to back off before the next. A failure of the one
+   * connection (reset by its client before it was accepted) is skipped at once with a debug
+   * line; running out of resources is an error, logged once every 10 s with a count.
+   */
+  #acceptFailed(error: unknown): boolean {
+    const why = error instanceof Error ? error.message : String(error);
+    const log = this.#options.log;
+    if (classifyAcceptError(error) === "connection") {
+      log.debug(`a connection failed before it was accepted: ${why}`, {
+        event: "drop",
+        reason: "reset",
+      });
+      return false;
+    }
+    const held = this.#acceptFailures.pass("accept");
+    if (held !== undefined) {
+      log.error(
+        `accept failed: ${why}; retrying every ${ACCEPT_BACKOFF_MS} ms${LogLimit.more(held)}`,
+        { event: "accept-failed", suppressed: held },
+      );
+    }
+    return true;
   }
 
   /** One line per refusal at the cap, at most one a second under a flood (with a count). */
