@@ -347,11 +347,12 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
       }
       reset = true;
     }
-    // Input is over: replies already queued still go out (unless the socket is gone), but
-    // the handler drops this connection's waiters now, so nothing is granted to it later.
+    // Input is over: the handler drops this connection's waiters now, so nothing is granted
+    // to it later, and queues the replies it decided but held back. Those and the replies
+    // already queued still go out (unless the socket is gone).
     if (reset) this.close();
-    else this.closeAfterFlush();
     this.#handler.closed();
+    this.closeAfterFlush();
     // The close may have started a session's grace: end a batch so its hooks re-arm the
     // timers (nothing else may arrive to do it).
     this.#options.batch.soon();

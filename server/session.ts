@@ -320,7 +320,12 @@ export class ClientSession implements LineHandler {
     this.settle(ticket, refusalReply("A", ticket.key, refusal));
   }
 
-  /** The connection closed: its queued acquires leave the table (never granted to it). */
+  /**
+   * The connection's input ended (closed, or its sending side shut down): its queued acquires
+   * leave the table, never granted nor answered, and the replies already decided behind them
+   * (an `E`, a `T`) are sent now, each key's in request order (docs/protocol.md, "Semantics";
+   * the sink still writes them unless the connection is gone).
+   */
   closed(): void {
     if (this.#closed) return;
     this.#closed = true;
@@ -329,7 +334,8 @@ export class ClientSession implements LineHandler {
       this.#ctx.grace.detach(session, this.#ctx.hello?.clock() ?? performance.now());
     }
     for (const ticket of this.#order?.entries() ?? []) {
-      if (ticket.waiter !== undefined) this.#ctx.table.cancel(ticket.waiter);
+      if (ticket.reply !== undefined) this.sendInOrder(ticket);
+      else if (ticket.waiter !== undefined) this.#ctx.table.cancel(ticket.waiter);
       ticket.waiter = undefined;
     }
     this.#order?.clear();

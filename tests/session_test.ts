@@ -334,6 +334,11 @@ Deno.test("ClientSession closed() drops its waiters: nothing is granted to a clo
   gone.session.closed();
   gone.session.closed();
   assert.equal(h.table.waiting, 1, "only the other connection's waiter is left");
+  assert.deepEqual(
+    gone.sink.take(),
+    ["A k E lease must be a positive number of seconds"],
+    "the reply decided behind a dropped acquire still goes out, once",
+  );
   holder.session.line("R k 1");
   assert.deepEqual(next.sink.take(), ["A k A 3"], "the lock passes over the closed one");
   holder.session.line("R j 2");
