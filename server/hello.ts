@@ -9,7 +9,7 @@
  * @module
  */
 
-import { AUTH_FAILED, errorReply, helloOkReply, parseHello } from "../client/codec.ts";
+import { AUTH_FAILED, errorReply, helloOkReply, NOT_UTF8, parseHello } from "../client/codec.ts";
 import { type Credentials, hostOf, type Throttle } from "./auth.ts";
 import type { Logger } from "./log.ts";
 
@@ -49,6 +49,28 @@ export function isHello(line: string): boolean {
   return line.startsWith("HELLO") && (line.length === 5 || line.charCodeAt(5) === 32);
 }
 
+/** A hello after other lines, or a second one: refused, the connection stays. */
+const LATE: HelloOutcome = {
+  kind: "error",
+  reply: errorReply("HELLO", "-", "hello must be the first line"),
+};
+
+/** A hello that is not one: answered `reply`; with auth on, the connection then closes. */
+function malformed(credentials: Credentials | undefined, reply: string): HelloOutcome {
+  return credentials === undefined
+    ? { kind: "error", reply }
+    : { kind: "close", reply, delayMs: 0 };
+}
+
+/**
+ * Answers a hello line that is not valid UTF-8 as a malformed hello:
+ * `HELLO - E line is not valid UTF-8`, echoing none of its fields (the session field might
+ * be a secret); with auth on, the connection closes. `late`: as for {@linkcode answerHello}.
+ */
+export function answerInvalidHello(ctx: HelloContext, late: boolean): HelloOutcome {
+  return late ? LATE : malformed(ctx.credentials?.(), errorReply("HELLO", "-", NOT_UTF8));
+}
+
 /**
  * Answers the hello `line` of a connection from `remote` (`host:port`). `late`: other lines
  * came first (a hello must be the first line), or it already said hello.
@@ -63,14 +85,9 @@ export function answerHello(
   const hello = parseHello(line);
   // An error never echoes the session field: it might be a secret sent in the wrong place.
   const echo = "-";
-  if (late) {
-    return { kind: "error", reply: errorReply("HELLO", echo, "hello must be the first line") };
-  }
+  if (late) return LATE;
   if ("kind" in hello) {
-    const reply = errorReply(hello.op, hello.key, hello.message);
-    return credentials === undefined
-      ? { kind: "error", reply }
-      : { kind: "close", reply, delayMs: 0 };
+    return malformed(credentials, errorReply(hello.op, hello.key, hello.message));
   }
   let prefix = "";
   if (credentials !== undefined) {

@@ -27,7 +27,14 @@ import {
 import { type OrderedReply, ReplyOrder } from "../client/reply_order.ts";
 import type { LockTable, LockTableHooks, Waiter } from "./engine/lock_table.ts";
 import type { LineHandler } from "./line_socket.ts";
-import { answerHello, type HelloContext, type Identity, isHello } from "./hello.ts";
+import {
+  answerHello,
+  answerInvalidHello,
+  type HelloContext,
+  type HelloOutcome,
+  type Identity,
+  isHello,
+} from "./hello.ts";
 import type { Owners, SessionGrace } from "./owners.ts";
 import { TokensExhaustedError } from "./tokens.ts";
 import { type Inspection, inspectKeyReply, locksPageReply, statusReplyOf } from "./inspect.ts";
@@ -173,16 +180,9 @@ export class ClientSession implements LineHandler {
       this.#hello(text);
       return;
     }
-    if (this.#identity === undefined && this.#ctx.hello?.credentials?.() !== undefined) {
-      // With auth on, the first line must be a valid hello.
+    if (this.#unauthenticated()) {
       const [op, key] = text.split(" ", 2);
-      const remote = this.#sink.remote ?? "-";
-      this.#ctx.hello?.log?.warn(`refused ${remote}: its first line was not a hello`, {
-        event: "auth-refused",
-        remote,
-      });
-      this.#refuse(errorReply(op || "-", key || "-", AUTH_REQUIRED), 0);
-      return;
+      return this.#refuseUnauthenticated(op || "-", key || "-");
     }
     this.#started = true;
     if (this.#ctx.inspect !== undefined && isInspection(text)) {
@@ -294,9 +294,36 @@ export class ClientSession implements LineHandler {
     this.#ctx.metrics?.reject(reason);
   }
 
-  /** Answers a line that is not valid UTF-8 with `E` (see {@linkcode invalidLineError}). */
+  /**
+   * Answers a line that is not valid UTF-8 with `E` (see {@linkcode invalidLineError}). It
+   * counts for the first-line rules like any line: a hello among such lines is a malformed
+   * one (its fields not echoed), and with auth on any other is refused as a first line.
+   */
   invalid(text: string): void {
-    this.#reject(invalidLineError(text));
+    if (this.#closed || this.#refused) return;
+    const error = invalidLineError(text);
+    if (isHello(text)) {
+      const ctx = this.#ctx.hello ?? { clock: () => performance.now() };
+      return this.#answerHello(answerInvalidHello(ctx, this.#late()));
+    }
+    if (this.#unauthenticated()) return this.#refuseUnauthenticated(error.op, error.key);
+    this.#started = true;
+    this.#reject(error);
+  }
+
+  /** With auth on, no valid hello came: every line but a hello is refused. */
+  #unauthenticated(): boolean {
+    return this.#identity === undefined && this.#ctx.hello?.credentials?.() !== undefined;
+  }
+
+  /** Answers `<op> <key> E authentication required` and closes (auth on, no hello first). */
+  #refuseUnauthenticated(op: string, key: string): void {
+    const remote = this.#sink.remote ?? "-";
+    this.#ctx.hello?.log?.warn(`refused ${remote}: its first line was not a hello`, {
+      event: "auth-refused",
+      remote,
+    });
+    this.#refuse(errorReply(op, key, AUTH_REQUIRED), 0);
   }
 
   /** Decides a queued acquire and sends every reply of its key that is now in order. */
@@ -343,20 +370,23 @@ export class ClientSession implements LineHandler {
   }
 
   #hello(text: string): void {
-    const ctx = this.#ctx;
-    const outcome = answerHello(
-      ctx.hello ?? { clock: () => performance.now() },
-      text,
-      this.#sink.remote ?? "-",
-      this.#started || this.#identity !== undefined,
-    );
+    const ctx = this.#ctx.hello ?? { clock: () => performance.now() };
+    this.#answerHello(answerHello(ctx, text, this.#sink.remote ?? "-", this.#late()));
+  }
+
+  /** Whether a hello comes too late: other lines came first, or it already said hello. */
+  #late(): boolean {
+    return this.#started || this.#identity !== undefined;
+  }
+
+  #answerHello(outcome: HelloOutcome): void {
     if (outcome.kind === "close") {
       this.#refuse(outcome.reply, outcome.delayMs);
       return;
     }
     if (outcome.kind === "ok") {
       this.#identity = outcome.identity;
-      if (outcome.identity.session !== undefined) ctx.grace?.attach(outcome.identity.session);
+      if (outcome.identity.session !== undefined) this.#ctx.grace?.attach(outcome.identity.session);
     } else this.#count("bad_request");
     this.#sink.send(outcome.reply);
   }

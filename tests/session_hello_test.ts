@@ -166,6 +166,43 @@ Deno.test("ClientSession with auth closes at once on a malformed hello", () => {
   assert.equal(sink.closes, 1);
 });
 
+Deno.test("ClientSession counts a line that is not valid UTF-8 for the first-line rules", async (t) => {
+  const NOT_UTF8 = "E line is not valid UTF-8";
+  await t.step("with auth: refused as a first line, then closed; a hello is malformed", () => {
+    for (
+      const [line, reply] of [
+        ["\uFFFD", `- - E ${AUTH_REQUIRED}`],
+        ["A k\uFFFD 30 0", `A - E ${AUTH_REQUIRED}`],
+        [`HELLO 1 - w\uFFFD billing ${SECRET}`, `HELLO - ${NOT_UTF8}`],
+      ]
+    ) {
+      const h = harness(true);
+      const { session, sink } = h.connect();
+      session.invalid(line);
+      session.line(`HELLO 1 - w billing ${SECRET}`);
+      session.invalid("\uFFFD");
+      assert.deepEqual(sink.take(), [reply], JSON.stringify(line));
+      assert.equal(sink.closes, 1, "closed");
+      assert.equal(session.identity, undefined);
+    }
+  });
+  await t.step("without auth: a hello cannot follow it; a hello's fields are not echoed", () => {
+    const h = harness(false);
+    const first = h.connect();
+    first.session.invalid("\uFFFD");
+    first.session.line("HELLO 1 - w");
+    assert.deepEqual(first.sink.take(), [
+      `- - ${NOT_UTF8}`,
+      "HELLO - E hello must be the first line",
+    ]);
+    const hello = h.connect();
+    hello.session.invalid(`HELLO ${SECRET} w\uFFFD`);
+    hello.session.line("HELLO 1 - w");
+    assert.deepEqual(hello.sink.take(), [`HELLO - ${NOT_UTF8}`, "HELLO - OK"]);
+    assert.equal(first.sink.closes + hello.sink.closes, 0);
+  });
+});
+
 Deno.test("ClientSession with auth refuses a key outside the credential's prefix, changing nothing", () => {
   const h = harness(true);
   const admin = h.connect();

@@ -279,12 +279,14 @@ export function extendLine(key: string, token: bigint, leaseMs: number): string 
 /**
  * The error for a line that is not valid UTF-8, given that line decoded with replacement
  * characters: it echoes the op and key where they are intact, `-` where they are missing or
- * hold a U+FFFD (docs/protocol.md, "Framing").
+ * hold a U+FFFD (docs/protocol.md, "Framing"). A hello's second field is never echoed, as in
+ * every hello error: it might be a secret sent in the wrong place.
  *
  * @example
  * ```ts
  * import { invalidLineError } from "@lockd/client/codec";
  * invalidLineError("A k\uFFFD 30 0"); // { kind: "E", op: "A", key: "-", message: "line is not valid UTF-8" }
+ * invalidLineError("HELLO s3cret n\uFFFD"); // { kind: "E", op: "HELLO", key: "-", ... }
  * ```
  */
 export function invalidLineError(decoded: string): RequestError {
@@ -292,5 +294,6 @@ export function invalidLineError(decoded: string): RequestError {
   const [op, key] = decoded.split(" ");
   const intact = (field: string | undefined) =>
     field === undefined || field === "" || field.includes("\uFFFD") ? "-" : field;
-  return { kind: "E", op: intact(op), key: intact(key), message: NOT_UTF8 };
+  const echo = op === "HELLO" ? "-" : intact(key);
+  return { kind: "E", op: intact(op), key: echo, message: NOT_UTF8 };
 }
