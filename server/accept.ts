@@ -108,6 +108,8 @@ export class Acceptor implements Routing {
   #refusals = new LogLimit(1000);
   /** Accepts failing for want of resources: one line every 10 s while it lasts. */
   #acceptFailures = new LogLimit(10_000);
+  /** Failed TLS handshakes: one line every 10 s under a flood. */
+  #tlsFailures = new LogLimit(10_000);
   /** The options of every client socket: one object for all (an idle socket stays small). */
   #socketOptions: LineSocketOptions;
 
@@ -223,6 +225,26 @@ export class Acceptor implements Routing {
     const socket = new LineSocket(conn, remote, router, this.#socketOptions);
     router.socket = socket;
     this.#clients.add(socket);
+    if ("handshake" in conn) this.#watchHandshake(conn as Deno.TlsConn, remote);
+  }
+
+  /**
+   * Warns when a TLS handshake fails for a TLS reason (an alert from a client that does not
+   * trust this node's certificate, plain text on the TLS port), at most one line every 10 s;
+   * a connection closed or reset before its handshake (a TCP health check) stays a debug
+   * line of the socket's.
+   */
+  #watchHandshake(conn: Deno.TlsConn, remote: string): void {
+    conn.handshake().catch((error) => {
+      if (this.#closed || !(error instanceof Deno.errors.InvalidData)) return;
+      const held = this.#tlsFailures.pass("tls");
+      if (held === undefined) return;
+      this.#options.log.warn(
+        `TLS handshake with ${remote} failed: ${error.message} (a client that does not trust ` +
+          `this node's certificate, or one that does not speak TLS)${LogLimit.more(held)}`,
+        { event: "tls-failed", remote, suppressed: held },
+      );
+    });
   }
 
   /** The first line of `socket` decides: a peer's handshake, or a client. @internal */

@@ -40,6 +40,15 @@ async function refusedWith(
   }
 }
 
+/** Waits until the server's stderr matches `pattern` (it is read as it comes). */
+async function logged(server: ServerProcess, pattern: RegExp, timeoutMs = 5000): Promise<void> {
+  const until = performance.now() + timeoutMs;
+  while (!pattern.test(server.stderr())) {
+    if (performance.now() > until) assert.fail(`no ${pattern} in:\n${server.stderr()}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
 function bridgeUrl(ready: string, scheme: "ws" | "wss"): string {
   const match = new RegExp(`, bridge on ${scheme}://127\\.0\\.0\\.1:(\\d+)/$`).exec(ready);
   assert.ok(match, `ready line without a ${scheme} bridge: ${ready}`);
@@ -73,6 +82,8 @@ Deno.test("a TLS port gives nothing to a plain-TCP client and keeps serving TLS 
     const seen = await plain.closedByPeer(10_000).catch(() => ["(still open)"]);
     await plain.close();
     assert.ok(!seen.some((l) => l.startsWith("A tls:plain A")), "plain text was not served");
+    // The operator is told (a warning, not a debug line).
+    await logged(server, /WARN +TLS handshake with 127\.0\.0\.1:\d+ failed: .*InvalidContentType/);
     const c = await LineClient.connectTls(server.port, [pki.caPem]);
     assert.match((await c.request("A tls:plain 10 0"))!, /^A tls:plain A \d+$/);
     await c.close();
@@ -96,6 +107,7 @@ Deno.test("LockClient takes tls:// addresses with caCerts, and refuses a server 
       { caCerts: [pki.otherCaPem], connectTimeoutMs: 2000 },
       (m) => /TLS handshake failed: .*UnknownIssuer/.test(m),
     );
+    await logged(server, /WARN +TLS handshake with .* failed: received fatal alert/);
   });
 });
 
