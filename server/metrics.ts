@@ -292,10 +292,15 @@ export function renderPrometheus(
   metric(
     "lockd_token_last",
     "gauge",
-    "The last fencing token issued or known.",
+    "The last fencing token issued or known (a float here, exact in /status).",
     one(status.tokens.last),
   );
-  metric("lockd_token_mark", "gauge", "The reserved fencing-token mark.", one(status.tokens.mark));
+  metric(
+    "lockd_token_mark",
+    "gauge",
+    "The reserved fencing-token mark (a float here, exact in /status).",
+    one(status.tokens.mark),
+  );
   metric(
     "lockd_uptime_seconds",
     "gauge",
