@@ -67,7 +67,7 @@ export function serveHttp(options: ServeHttpOptions): HttpServer {
       return bridge(request);
     }
     // A shared bridge serves no page of its own (--bridge-demo needs its own address).
-    return routes(request) ?? notFound();
+    return routes(request) ?? notFound(request);
   };
   const where = { ...asked, onListen: () => {} }; // No "Listening on" line: stdout is the ready line's.
   let server: Deno.HttpServer<Deno.NetAddr>;

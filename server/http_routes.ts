@@ -155,26 +155,40 @@ export const STATUS_PAGE_CSP: string = [
 
 const COMMON = { "cache-control": "no-store", "x-content-type-options": "nosniff" };
 
+const encoder = new TextEncoder();
+
 function respond(
   status: number,
   body: string,
   type: string,
   extra: Record<string, string> = {},
 ): Response {
-  // A HEAD gets the same response: Deno.serve sends its headers without the body.
+  // The length is explicit so that the answer to a HEAD (forMethod) keeps it.
+  const length = String(encoder.encode(body).byteLength);
   return new Response(body, {
     status,
-    headers: { ...COMMON, "content-type": type, ...extra },
+    headers: { ...COMMON, "content-type": type, "content-length": length, ...extra },
   });
+}
+
+/**
+ * `response` as the answer to `request`: for a HEAD, the same status and headers (the
+ * GET's Content-Length included) with no body. HTTP/2 forbids a body on a HEAD answer and
+ * Deno.serve sends it there (clients see PROTOCOL_ERROR); only HTTP/1.1 drops it.
+ */
+function forMethod(request: Request, response: Response): Response {
+  if (request.method !== "HEAD") return response;
+  response.body?.cancel();
+  return new Response(null, { status: response.status, headers: response.headers });
 }
 
 function json(status: number, value: unknown): Response {
   return respond(status, JSON.stringify(value) + "\n", "application/json; charset=utf-8");
 }
 
-/** The 404 of an unknown path: JSON naming the paths there are. */
-export function notFound(): Response {
-  return json(404, { error: "not found", paths: HTTP_PATHS });
+/** The 404 of an unknown path: JSON naming the paths there are (no body for a HEAD). */
+export function notFound(request: Request): Response {
+  return forMethod(request, json(404, { error: "not found", paths: HTTP_PATHS }));
 }
 
 function unauthorized(): Response {
@@ -193,8 +207,9 @@ function unauthorized(): Response {
 const PRIVATE = new Set(["/", "/locks"]);
 
 /**
- * The endpoints over `source`, as a handler that answers their paths (GET and HEAD; other
- * methods 405) and leaves every other path to the caller (`undefined`).
+ * The endpoints over `source`, as a handler that answers their paths (GET, and HEAD with
+ * the same status and headers and no body; other methods 405) and leaves every other path
+ * to the caller (`undefined`).
  *
  * @example Answer /healthz from a fake source
  * ```ts ignore
@@ -233,7 +248,7 @@ export function httpRoutes(source: HttpSource, options: HttpRoutesOptions = {}):
         });
     }
   };
-  return (request) => {
+  const route = (request: Request): Response | undefined => {
     const url = new URL(request.url);
     const path = url.pathname;
     if (!HTTP_PATHS.includes(path)) return undefined;
@@ -252,5 +267,9 @@ export function httpRoutes(source: HttpSource, options: HttpRoutesOptions = {}):
       options.onError?.(error);
       return json(500, { error: "internal error" });
     }
+  };
+  return (request) => {
+    const response = route(request);
+    return response && forMethod(request, response);
   };
 }

@@ -225,7 +225,7 @@ Deno.test("httpRoutes() serves the status page at / with a strict CSP", async ()
   assert.doesNotMatch(html.replace("http://www.w3.org/2000/svg", ""), /https?:\/\//);
 });
 
-Deno.test("httpRoutes() leaves other paths to the caller, refuses other methods with 405", async () => {
+Deno.test("httpRoutes() leaves other paths to the caller, refuses other methods with 405, answers HEAD without a body", async () => {
   const { get } = setup();
   for (const path of ["/nope", "/status/", "/healthz/x", "/client.js", "/index.html"]) {
     assert.equal(get(path), undefined, path);
@@ -237,10 +237,20 @@ Deno.test("httpRoutes() leaves other paths to the caller, refuses other methods 
       assert.equal(response.headers.get("allow"), "GET, HEAD");
       assert.match((await jsonOf(response) as { error: string }).error, /GET and HEAD only/);
     }
+    // HEAD: the GET's status and headers, its length included, and no body (HTTP/2 needs it).
     const head = get(path, { method: "HEAD" })!;
+    const body = new Uint8Array(await get(path)!.arrayBuffer());
     assert.equal(head.status, 200, `HEAD ${path}`);
-    await head.body?.cancel();
+    assert.equal(head.body, null, `HEAD ${path}`);
+    assert.equal(head.headers.get("content-type"), get(path)!.headers.get("content-type"));
+    if (path !== "/status" && path !== "/metrics") {
+      assert.equal(head.headers.get("content-length"), String(body.byteLength), `HEAD ${path}`);
+    }
   }
+  const unauthorized = setup({ token: () => false }).get("/locks", { method: "HEAD" })!;
+  assert.equal(unauthorized.status, 401);
+  assert.equal(unauthorized.body, null);
+  assert.match(unauthorized.headers.get("www-authenticate") ?? "", /Basic/);
 });
 
 Deno.test("httpRoutes() with a token: /locks and / need it, the others stay open", async () => {

@@ -15,6 +15,7 @@ import {
   startServer,
   waitFor,
 } from "./_helpers.ts";
+import { h2Head } from "./_h2.ts";
 import { testPki, tlsArgs } from "./_tls.ts";
 
 /** The base URL from a ready line ending in `, http on http(s)://HOST:PORT/`. */
@@ -254,6 +255,58 @@ Deno.test("--http with TLS serves HTTPS with the node's certificate, also on the
     }
     await assert.rejects(fetch(`${base}healthz`)); // Not trusted without the CA.
   });
+});
+
+Deno.test("--http with TLS answers HEAD over HTTP/2 on every path: the GET's status and headers, no body", async () => {
+  const pki = await testPki();
+  const dir = await Deno.makeTempDir({ prefix: "lockd-http-h2-" });
+  const token = "http-token-h2-Z9y8x7w6";
+  await Deno.writeTextFile(`${dir}/clients.auth`, "ops ops-Secret-0123456789 *\n");
+  await Deno.writeTextFile(`${dir}/tokens`, `${token}\n`);
+  const auth = ["--auth-file", `${dir}/clients.auth`, "--bridge-token-file", `${dir}/tokens`];
+  const client = Deno.createHttpClient({ caCerts: [pki.caPem], http1: false, http2: true });
+  try {
+    await withServer([...tlsArgs(pki), ...auth, "--http", "127.0.0.1:0"], async (server) => {
+      const base = httpBase(server.ready, "https");
+      const port = Number(new URL(base).port);
+      const bearer = { authorization: `Bearer ${token}` };
+      const open = ["/healthz", "/readyz", "/status", "/metrics"];
+      const cases: [string, Record<string, string>, number][] = [
+        ...open.map((path): [string, Record<string, string>, number] => [path, {}, 200]),
+        ["/locks", bearer, 200],
+        ["/", bearer, 200],
+        ["/locks", {}, 401],
+        ["/nope", {}, 404],
+      ];
+      for (const [path, headers, status] of cases) {
+        // On the wire: HTTP/2, and the stream ends with its HEADERS frame (no DATA, no reset).
+        const wire = await h2Head(port, { path, caPem: pki.caPem, headers });
+        assert.equal(wire.alpn, "h2", path);
+        assert.deepEqual(wire.frames, [{
+          type: "HEADERS",
+          endStream: true,
+          length: wire.frames[0].length,
+        }], path);
+
+        const get = await fetch(`${base}${path.slice(1)}`, { client, headers });
+        const body = new Uint8Array(await get.arrayBuffer());
+        const head = await fetch(`${base}${path.slice(1)}`, { client, headers, method: "HEAD" });
+        assert.equal(await head.text(), "", path);
+        assert.equal(get.status, status, path);
+        assert.equal(head.status, status, path);
+        for (const name of ["content-type", "cache-control", "www-authenticate"]) {
+          assert.equal(head.headers.get(name), get.headers.get(name), `${name} of ${path}`);
+        }
+        assert.ok(get.headers.get("content-type"), path);
+        const length = Number(head.headers.get("content-length"));
+        if (["/status", "/metrics"].includes(path)) assert.ok(length > 0, path); // They change.
+        else assert.equal(length, body.byteLength, path);
+      }
+    });
+  } finally {
+    client.close();
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("--http with --auth-file and --bridge-token-file: /locks and / need a token, the rest stays open", async () => {
