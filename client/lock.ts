@@ -7,6 +7,7 @@
  */
 
 import { LockLostError, LockUnavailableError } from "./errors.ts";
+import { toMs } from "./options.ts";
 import { type TimerEntry, timers } from "./timer.ts";
 
 /** What a {@linkcode Lock} needs from its client. Internal. */
@@ -241,7 +242,7 @@ export class LockHandle implements Lock {
     // Known lost (the server answered N): no token ever holds its key again. Only suspected
     // lost (the lease was about to run out unproven): the server knows, so ask it.
     if (this.#knownLost) throw this.#lost;
-    await this.#extend(Math.ceil(lease * 1000));
+    await this.#extend(toMs(lease, "lease"));
   }
 
   /**

@@ -5,7 +5,14 @@
  * @module
  */
 
-import { clientNameError, type Credential, keyError, MAX_KEY_BYTES, MAX_TOKEN } from "./codec.ts";
+import {
+  clientNameError,
+  type Credential,
+  keyError,
+  MAX_KEY_BYTES,
+  MAX_TOKEN,
+  parseSeconds,
+} from "./codec.ts";
 import type { Connect } from "./transport.ts";
 import { connectTransport } from "./dial.ts";
 
@@ -211,8 +218,11 @@ function plainKey(key: string): boolean {
 const MAX_SECONDS = 1e12;
 
 /**
- * A lease or wait in seconds, as whole milliseconds rounded up. A wait too long to write
- * is no limit at all, which the protocol spells 0.
+ * A lease or wait in seconds, as whole milliseconds: exact when the number, written as the
+ * decimal JavaScript prints for it, has at most three decimals (`2.007` is 2007 ms, though
+ * `2.007 * 1000` is 2007.0000000000002), else rounded up (`0.0001` is 1 ms), as the server
+ * reads the decimal (docs/protocol.md, "Fields"). A wait too long to write is no limit at
+ * all, which the protocol spells 0.
  *
  * @throws {TypeError} For a lease that is not a positive number of seconds below 10^12, or
  * a wait that is not 0 or more.
@@ -229,7 +239,12 @@ export function toMs(seconds: number, what: "lease" | "wait"): number {
     throw new TypeError(`${what} must be ${rule}, got ${seconds}`);
   }
   if (!isLease && seconds >= MAX_SECONDS) return 0;
-  return Math.ceil(seconds * 1000);
+  if (Number.isInteger(seconds)) return seconds * 1000;
+  // Below 10^-6 String() switches to exponent form; such a value is a fraction of 1 ms.
+  if (seconds < 1e-6) return 1;
+  // The shortest decimal that reads back as this number, not the binary product: that
+  // would turn many whole milliseconds into the next one (Math.ceil(2.007 * 1000) is 2008).
+  return parseSeconds(String(seconds));
 }
 
 /**

@@ -512,6 +512,99 @@ var LockAbortedError = class extends LockError {
   }
 };
 
+// client/dial.ts
+function tcpRuntime() {
+  const g = globalThis;
+  if (g.Deno !== void 0) return "deno";
+  const versions = g.process?.versions;
+  if (versions?.node !== void 0 || versions?.bun !== void 0) return "node";
+  return void 0;
+}
+async function connectTransport(address, handlers, signal) {
+  if (address.scheme === "tcp" || address.scheme === "tls") {
+    const runtime = tcpRuntime();
+    if (runtime === "deno") {
+      const { connectTcp } = await import("./tcp.ts");
+      return connectTcp(address, handlers, signal);
+    }
+    if (runtime === "node") {
+      const { connectNodeTcp } = await import("./node_tcp.ts");
+      return connectNodeTcp(address, handlers, signal);
+    }
+    throw new Error(`TCP address ${address.key} needs Deno, Node.js or Bun; in a browser or an edge worker use the WebSocket bridge (ws:// or wss://)`);
+  }
+  const { connectWebSocket: connectWebSocket2 } = await Promise.resolve().then(() => (init_ws(), ws_exports));
+  return connectWebSocket2(address, handlers, signal);
+}
+
+// client/options.ts
+function resolveOptions(options, addresses) {
+  for (const [name, value] of Object.entries(options)) {
+    if (name.endsWith("Ms") && value !== void 0 && !(typeof value === "number" && value > 0 && Number.isFinite(value))) {
+      throw new TypeError(`${name} must be a positive number of milliseconds, got ${String(value)}`);
+    }
+  }
+  const perAddress = options.connectionsPerAddress ?? (addresses === 1 ? 2 : 1);
+  if (!Number.isInteger(perAddress) || perAddress < 1) {
+    throw new TypeError(`connectionsPerAddress must be a whole number above 0, got ${perAddress}`);
+  }
+  if (options.name !== void 0) {
+    const problem = clientNameError(options.name);
+    if (problem !== void 0) throw new TypeError(`Invalid name: ${problem}`);
+  }
+  if (options.bearer !== void 0 && !/^[A-Za-z0-9._~-]+$/.test(options.bearer)) {
+    throw new TypeError("bearer must be letters, digits and '-._~' only");
+  }
+  return {
+    reconnectIntervalMs: options.reconnectIntervalMs ?? 3e3,
+    connectTimeoutMs: options.connectTimeoutMs ?? 3e3,
+    retryTimeoutMs: options.retryTimeoutMs ?? 1e4,
+    releaseRetryMs: options.releaseRetryMs ?? 5e3,
+    releaseRetryIntervalMs: options.releaseRetryIntervalMs ?? 200,
+    staleConnectionMs: options.staleConnectionMs ?? 2e3,
+    autoExtend: options.autoExtend ?? false,
+    connect: options.connect ?? connectTransport,
+    connectionsPerAddress: perAddress,
+    name: options.name,
+    auth: options.auth,
+    sessionLocks: options.sessionLocks ?? false,
+    caCerts: options.caCerts,
+    bearer: options.bearer
+  };
+}
+function checkKey(key) {
+  if (typeof key === "string" && plainKey(key)) return;
+  if (typeof key !== "string") throw new TypeError(`key must be a string, got ${typeof key}`);
+  const problem = keyError(key);
+  if (problem !== void 0) throw new TypeError(`Invalid key ${JSON.stringify(key)}: ${problem}`);
+}
+function plainKey(key) {
+  if (key.length === 0 || key.length > MAX_KEY_BYTES) return false;
+  for (let i = 0; i < key.length; i++) {
+    const c = key.charCodeAt(i);
+    if (c <= 32 || c >= 127) return false;
+  }
+  return true;
+}
+var MAX_SECONDS = 1e12;
+function toMs(seconds, what) {
+  const isLease = what === "lease";
+  if (typeof seconds !== "number" || Number.isNaN(seconds) || seconds < 0 || isLease && (seconds === 0 || seconds >= MAX_SECONDS)) {
+    const rule = isLease ? `a positive number of seconds below ${MAX_SECONDS}` : "0 or more seconds";
+    throw new TypeError(`${what} must be ${rule}, got ${seconds}`);
+  }
+  if (!isLease && seconds >= MAX_SECONDS) return 0;
+  if (Number.isInteger(seconds)) return seconds * 1e3;
+  if (seconds < 1e-6) return 1;
+  return parseSeconds(String(seconds));
+}
+function checkGrant(key, token) {
+  checkKey(key);
+  if (typeof token !== "bigint" || token < 1n || token > MAX_TOKEN) {
+    throw new TypeError(`token must be a bigint from 1 to ${MAX_TOKEN}, got ${String(token)}`);
+  }
+}
+
 // client/deadline_heap.ts
 var DeadlineHeap = class {
   #items = [];
@@ -812,7 +905,7 @@ var LockHandle = class {
     }
     if (this.#released !== void 0) throw new TypeError(`Lock "${this.key}" was released`);
     if (this.#knownLost) throw this.#lost;
-    await this.#extend(Math.ceil(lease * 1e3));
+    await this.#extend(toMs(lease, "lease"));
   }
   /**
    * Releases the lock. Renewal stops at once (synchronously); the release is retried for
@@ -898,97 +991,6 @@ var LockHandle = class {
     if (this.#renewTimer !== void 0) timers.cancel(this.#renewTimer);
   }
 };
-
-// client/dial.ts
-function tcpRuntime() {
-  const g = globalThis;
-  if (g.Deno !== void 0) return "deno";
-  const versions = g.process?.versions;
-  if (versions?.node !== void 0 || versions?.bun !== void 0) return "node";
-  return void 0;
-}
-async function connectTransport(address, handlers, signal) {
-  if (address.scheme === "tcp" || address.scheme === "tls") {
-    const runtime = tcpRuntime();
-    if (runtime === "deno") {
-      const { connectTcp } = await import("./tcp.ts");
-      return connectTcp(address, handlers, signal);
-    }
-    if (runtime === "node") {
-      const { connectNodeTcp } = await import("./node_tcp.ts");
-      return connectNodeTcp(address, handlers, signal);
-    }
-    throw new Error(`TCP address ${address.key} needs Deno, Node.js or Bun; in a browser or an edge worker use the WebSocket bridge (ws:// or wss://)`);
-  }
-  const { connectWebSocket: connectWebSocket2 } = await Promise.resolve().then(() => (init_ws(), ws_exports));
-  return connectWebSocket2(address, handlers, signal);
-}
-
-// client/options.ts
-function resolveOptions(options, addresses) {
-  for (const [name, value] of Object.entries(options)) {
-    if (name.endsWith("Ms") && value !== void 0 && !(typeof value === "number" && value > 0 && Number.isFinite(value))) {
-      throw new TypeError(`${name} must be a positive number of milliseconds, got ${String(value)}`);
-    }
-  }
-  const perAddress = options.connectionsPerAddress ?? (addresses === 1 ? 2 : 1);
-  if (!Number.isInteger(perAddress) || perAddress < 1) {
-    throw new TypeError(`connectionsPerAddress must be a whole number above 0, got ${perAddress}`);
-  }
-  if (options.name !== void 0) {
-    const problem = clientNameError(options.name);
-    if (problem !== void 0) throw new TypeError(`Invalid name: ${problem}`);
-  }
-  if (options.bearer !== void 0 && !/^[A-Za-z0-9._~-]+$/.test(options.bearer)) {
-    throw new TypeError("bearer must be letters, digits and '-._~' only");
-  }
-  return {
-    reconnectIntervalMs: options.reconnectIntervalMs ?? 3e3,
-    connectTimeoutMs: options.connectTimeoutMs ?? 3e3,
-    retryTimeoutMs: options.retryTimeoutMs ?? 1e4,
-    releaseRetryMs: options.releaseRetryMs ?? 5e3,
-    releaseRetryIntervalMs: options.releaseRetryIntervalMs ?? 200,
-    staleConnectionMs: options.staleConnectionMs ?? 2e3,
-    autoExtend: options.autoExtend ?? false,
-    connect: options.connect ?? connectTransport,
-    connectionsPerAddress: perAddress,
-    name: options.name,
-    auth: options.auth,
-    sessionLocks: options.sessionLocks ?? false,
-    caCerts: options.caCerts,
-    bearer: options.bearer
-  };
-}
-function checkKey(key) {
-  if (typeof key === "string" && plainKey(key)) return;
-  if (typeof key !== "string") throw new TypeError(`key must be a string, got ${typeof key}`);
-  const problem = keyError(key);
-  if (problem !== void 0) throw new TypeError(`Invalid key ${JSON.stringify(key)}: ${problem}`);
-}
-function plainKey(key) {
-  if (key.length === 0 || key.length > MAX_KEY_BYTES) return false;
-  for (let i = 0; i < key.length; i++) {
-    const c = key.charCodeAt(i);
-    if (c <= 32 || c >= 127) return false;
-  }
-  return true;
-}
-var MAX_SECONDS = 1e12;
-function toMs(seconds, what) {
-  const isLease = what === "lease";
-  if (typeof seconds !== "number" || Number.isNaN(seconds) || seconds < 0 || isLease && (seconds === 0 || seconds >= MAX_SECONDS)) {
-    const rule = isLease ? `a positive number of seconds below ${MAX_SECONDS}` : "0 or more seconds";
-    throw new TypeError(`${what} must be ${rule}, got ${seconds}`);
-  }
-  if (!isLease && seconds >= MAX_SECONDS) return 0;
-  return Math.ceil(seconds * 1e3);
-}
-function checkGrant(key, token) {
-  checkKey(key);
-  if (typeof token !== "bigint" || token < 1n || token > MAX_TOKEN) {
-    throw new TypeError(`token must be a bigint from 1 to ${MAX_TOKEN}, got ${String(token)}`);
-  }
-}
 
 // client/exchange.ts
 var Exchange = class {
