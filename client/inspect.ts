@@ -15,6 +15,7 @@ import {
   keyStateOfInfo,
   locksLine,
   locksPageOf,
+  MAX_KEY_BYTES,
   MAX_LOCKS_LIMIT,
   type NodeStatus,
   nodeStatusOf,
@@ -39,8 +40,10 @@ import type { Router } from "./router.ts";
  */
 export interface LocksOptions {
   /**
-   * Only keys starting with this. Default (or `""`, or `"-"`, which the protocol reads as
-   * "every key"): every key, or with authentication every key under the credential's prefix.
+   * Only keys starting with this. Default (or `""`): every key, or with authentication every
+   * key under the credential's prefix. `"-"` lists the keys starting with `-` (the protocol
+   * spells "every key" `L -`, so the client asks for every key from `-` on and stops at the
+   * first that does not start with it).
    */
   prefix?: string;
   /** Most keys returned, a whole number above 0. Default 1000. */
@@ -102,23 +105,35 @@ export function locksOptions(options: LocksOptions): { prefix: string | undefine
   return { prefix, limit };
 }
 
+/**
+ * The greatest key that sorts before `-` (UTF-16 code units): `,` and then U+FFFF, the
+ * greatest code unit a key may hold, as often as 250 bytes allow. No key lies between it
+ * and `-`, so listing after it starts at `-`.
+ */
+const LAST_KEY_BEFORE_DASH = "," + "\uffff".repeat(Math.floor((MAX_KEY_BYTES - 1) / 3));
+
 /** Held keys (`L`), page by page with `after`, until there are no more or `limit` is reached. */
 export async function listLocks(
   router: Router,
   { prefix, limit }: { prefix: string | undefined; limit: number },
 ): Promise<KeyState[]> {
   const field = prefix ?? "-";
+  // `L -` is every key: a prefix of exactly "-" cannot be written. Ask for every key from
+  // "-" on instead, and stop at the first that no longer starts with "-" (keys are in order).
+  const dash = prefix === "-";
+  const sent = dash ? undefined : prefix;
   const out: KeyState[] = [];
-  let after: string | undefined;
+  let after: string | undefined = dash ? LAST_KEY_BEFORE_DASH : undefined;
   for (;;) {
     const want = Math.min(MAX_LOCKS_LIMIT, limit - out.length);
-    const reply = await router.exchange("L", field, () => locksLine(prefix, want, after));
+    const reply = await router.exchange("L", field, () => locksLine(sent, want, after));
     if (reply.status !== "L") throw unexpected(reply);
     const page = locksPageOf(reply);
     if (page === undefined) throw new LockError(`Malformed reply to L "${field}"`);
     for (const info of page.locks.slice(0, want)) {
       const state = keyStateOfInfo(info);
       if (state === undefined) throw new LockError(`Malformed entry in a reply to L "${field}"`);
+      if (dash && !state.key.startsWith("-")) return out;
       out.push(state);
     }
     if (!page.more || out.length >= limit || page.locks.length === 0) return out;

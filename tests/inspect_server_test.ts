@@ -146,6 +146,41 @@ Deno.test("LockClient inspects, lists and reports status; release and extend go 
   });
 });
 
+Deno.test('LockClient.locks({ prefix: "-" }) lists only the keys starting with -, across pages', async () => {
+  await withServer({}, async (server) => {
+    const client = new LockClient(server.address);
+    try {
+      // 30 keys of 200 bytes under "-": more than one page (a page stops near 26 of them).
+      const long = Array.from({ length: 30 }, (_, i) => `-${String(i).padStart(2, "0")}`)
+        .map((k) => k + "x".repeat(200 - k.length));
+      const dash = ["-", "--", "-a", ...long].sort();
+      // Around them: keys just before "-" (the greatest one a key can be too) and after.
+      const around = [",", ",z", "," + "\uffff".repeat(83), ".", "a", "\u00e9-", "x-"];
+      const holding = [];
+      for (const key of [...around, ...dash]) holding.push(await client.acquire(key));
+      const all = (await client.locks()).map((l) => l.key);
+      assert.equal(all.length, dash.length + around.length, "without a prefix: every key");
+      const listed = await client.locks({ prefix: "-" });
+      assert.deepEqual(listed.map((l) => l.key), dash);
+      assert.deepEqual(listed.map((l) => l.held), dash.map(() => true));
+      assert.deepEqual((await client.locks({ prefix: "-", limit: 2 })).map((l) => l.key), [
+        "-",
+        "--",
+      ]);
+      assert.deepEqual((await client.locks({ prefix: "--" })).map((l) => l.key), ["--"]);
+      await holding.find((l) => l.key === "-")!.release();
+      assert.deepEqual((await client.locks({ prefix: "-", limit: 2 })).map((l) => l.key), [
+        "--",
+        "-00" + "x".repeat(197),
+      ]);
+      await Promise.all(holding.filter((l) => l.key !== "-").map((l) => l.release()));
+      assert.deepEqual(await client.locks({ prefix: "-" }), []);
+    } finally {
+      await client.close();
+    }
+  });
+});
+
 Deno.test("LockClient.status() reports a node it cannot reach with an error, never rejecting", async () => {
   await withServer({}, async (server) => {
     const probe = await Deno.listen({ hostname: "127.0.0.1", port: 0 });
@@ -184,6 +219,12 @@ Deno.test("with --auth-file, inspection needs a hello and I and L stay under the
     await assert.rejects(() => billing.locks({ prefix: "reports:" }), LockRejectedError);
     assert.deepEqual((await billing.locks()).map((l) => l.key), ["billing:1"]);
     assert.deepEqual((await admin.locks()).map((l) => l.key), ["billing:1", "reports:1"]);
+    // Listing "-" goes by `after` over L -, which stays under the credential's prefix.
+    assert.deepEqual(
+      await billing.locks({ prefix: "-" }),
+      [],
+      "no key under billing: starts with -",
+    );
     const [report] = await billing.status();
     assert.equal(report.status?.holders, 2, "S is not confined to the prefix");
     assert.equal(report.status?.counts.rejections.prefix, 2);

@@ -2142,19 +2142,23 @@ function locksOptions(options) {
     limit
   };
 }
+var LAST_KEY_BEFORE_DASH = "," + "\uFFFF".repeat(Math.floor((MAX_KEY_BYTES - 1) / 3));
 async function listLocks(router, { prefix, limit }) {
   const field = prefix ?? "-";
+  const dash = prefix === "-";
+  const sent = dash ? void 0 : prefix;
   const out = [];
-  let after2;
+  let after2 = dash ? LAST_KEY_BEFORE_DASH : void 0;
   for (; ; ) {
     const want = Math.min(MAX_LOCKS_LIMIT, limit - out.length);
-    const reply = await router.exchange("L", field, () => locksLine(prefix, want, after2));
+    const reply = await router.exchange("L", field, () => locksLine(sent, want, after2));
     if (reply.status !== "L") throw unexpected(reply);
     const page = locksPageOf(reply);
     if (page === void 0) throw new LockError(`Malformed reply to L "${field}"`);
     for (const info of page.locks.slice(0, want)) {
       const state = keyStateOfInfo(info);
       if (state === void 0) throw new LockError(`Malformed entry in a reply to L "${field}"`);
+      if (dash && !state.key.startsWith("-")) return out;
       out.push(state);
     }
     if (!page.more || out.length >= limit || page.locks.length === 0) return out;
