@@ -274,8 +274,9 @@ EXIT STATUS
 FILES
     DIR/tokens    the fencing-token high-water mark (one decimal number)
     DIR/lock      held while lockd runs, so two nodes never share DIR
-    --auth-file   credentials; re-read within a second of a change (a bad
-                  new file is logged and the old credentials stay)
+    --auth-file   credentials; checked every second and re-read 1 to 2 s
+                  after a change (a bad new file is logged and the old
+                  credentials stay)
     --peer-secret-file, --tls-cert, --tls-key, --tls-ca, --bridge-token-file
                   read once at start; keep them readable by lockd only
 
