@@ -262,6 +262,7 @@ export class Router {
         }
         if (closed.aborted) throw new LockError("The client is closed");
         if (this.#quiet !== undefined) continue; // The close began while it connected.
+        if (ex.abandoned) throw new LockError("Abandoned"); // Given up while it connected.
         try {
           outcome = {
             connection,

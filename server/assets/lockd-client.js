@@ -1718,6 +1718,7 @@ var Router = class {
         }
         if (closed.aborted) throw new LockError("The client is closed");
         if (this.#quiet !== void 0) continue;
+        if (ex.abandoned) throw new LockError("Abandoned");
         try {
           outcome = {
             connection: connection2,
