@@ -8,7 +8,7 @@
  */
 
 import { createHash } from "node:crypto";
-import { type LocksPage, MAX_LOCKS_LIMIT, type NodeStatus } from "../client/codec.ts";
+import { keyError, type LocksPage, MAX_LOCKS_LIMIT, type NodeStatus } from "../client/codec.ts";
 import statusPage from "./assets/status.html" with { type: "text" };
 
 /** What the endpoints read: `LockServer` has all of it. */
@@ -102,12 +102,15 @@ export function parseLocksQuery(params: URLSearchParams): LocksQuery | { error: 
       };
     }
   }
+  // The rules of `L`'s fields (docs/protocol.md, "Inspection"): a prefix or an `after`
+  // that no key could match is a mistake, not an empty page.
+  const prefix = params.get("prefix") ?? "";
+  const badPrefix = prefix === "" ? undefined : keyError(prefix);
+  if (badPrefix !== undefined) return { error: `prefix: ${badPrefix.replace(/^key /, "")}` };
   const after = params.get("after");
-  return {
-    prefix: params.get("prefix") ?? "",
-    limit,
-    after: after === null || after === "" ? undefined : after,
-  };
+  const badAfter = after === null || after === "" ? undefined : keyError(after);
+  if (badAfter !== undefined) return { error: `after: ${badAfter.replace(/^key /, "")}` };
+  return { prefix, limit, after: after === null || after === "" ? undefined : after };
 }
 
 /**

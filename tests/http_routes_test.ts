@@ -191,11 +191,22 @@ Deno.test("parseLocksQuery() reads the parameters and cuts long values in its er
     limit: 100,
     after: undefined,
   });
-  assert.deepEqual(parseLocksQuery(new URLSearchParams("prefix=a%20b&limit=7&after=z")), {
-    prefix: "a b",
+  assert.deepEqual(parseLocksQuery(new URLSearchParams("prefix=a%3Ab&limit=7&after=z")), {
+    prefix: "a:b",
     limit: 7,
     after: "z",
   });
+  // What no key can be is refused, as `L` refuses it, instead of an empty page.
+  const refused: [string, RegExp][] = [
+    ["prefix=a%20b", /^prefix: must not contain whitespace/],
+    ["prefix=%00", /^prefix: must not contain whitespace or control/],
+    [`prefix=${"x".repeat(251)}`, /^prefix: must be at most 250 bytes/],
+    ["after=a%09b", /^after: must not contain whitespace/],
+  ];
+  for (const [query, error] of refused) {
+    const parsed = parseLocksQuery(new URLSearchParams(query));
+    assert.ok("error" in parsed && error.test(parsed.error), `${query}: ${JSON.stringify(parsed)}`);
+  }
   const long = parseLocksQuery(new URLSearchParams(`limit=${"9".repeat(500)}`));
   assert.ok("error" in long && long.error.length < 120, JSON.stringify(long));
 });
