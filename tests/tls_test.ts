@@ -17,6 +17,7 @@ import { testPki, tlsArgs } from "./_tls.ts";
 import { connectTcp } from "../client/tcp.ts";
 import { connectNodeTcp } from "../client/node_tcp.ts";
 import { runLockd } from "./_lockd.ts";
+import { h2Head } from "./_h2.ts";
 
 /** Starts a server with `args`, runs `fn`, then stops it and removes its data directory. */
 function withServer(args: string[], fn: (server: ServerProcess) => Promise<void>): Promise<void> {
@@ -312,5 +313,23 @@ Deno.test("with TLS the bridge serves wss:// with the same certificate", async (
     const stdout = new TextDecoder().decode(out.stdout);
     assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
     assert.match(stdout, /^granted \d+$/m);
+  });
+});
+
+Deno.test("with TLS the bridge answers HEAD over HTTP/2 without a body, on every path", async () => {
+  const pki = await testPki();
+  const args = [...tlsArgs(pki), "--bridge", "127.0.0.1:0", "--bridge-demo"];
+  await withServer(args, async (server) => {
+    const port = Number(new URL(bridgeUrl(server.ready, "wss")).port);
+    for (const path of ["/", "/client.js", "/nope"]) {
+      const wire = await h2Head(port, { path, caPem: pki.caPem });
+      assert.equal(wire.alpn, "h2", path);
+      assert.equal(wire.frames.length, 1, `${path}: ${JSON.stringify(wire.frames)}`);
+      assert.deepEqual(wire.frames[0], {
+        type: "HEADERS",
+        endStream: true,
+        length: wire.frames[0].length,
+      }, path);
+    }
   });
 });

@@ -158,19 +158,15 @@ export function createHandler(options: BridgeOptions, upgrade: UpgradeWebSocket)
       const get = request.method === "GET" || request.method === "HEAD";
       if (get && url.pathname === "/client.js" && options.clientScript) {
         // Public code: any page may import it (connecting is what the origin check guards).
-        return new Response(request.method === "HEAD" ? null : options.clientScript, {
-          headers: {
-            "content-type": "text/javascript; charset=utf-8",
-            "access-control-allow-origin": "*",
-          },
+        return plain(request, 200, options.clientScript, {
+          "content-type": "text/javascript; charset=utf-8",
+          "access-control-allow-origin": "*",
         });
       }
       if (get && url.pathname === "/" && options.page) {
-        return new Response(request.method === "HEAD" ? null : options.page, {
-          headers: { "content-type": "text/html; charset=utf-8" },
-        });
+        return plain(request, 200, options.page, { "content-type": "text/html; charset=utf-8" });
       }
-      return new Response("Not found\n", { status: 404 });
+      return plain(request, 404, "Not found\n");
     }
     if (options.path !== undefined && url.pathname !== options.path) {
       return new Response("Not found\n", { status: 404 });
@@ -217,4 +213,20 @@ function originAllowed(request: Request, allowed: readonly string[] | undefined)
   } catch {
     return false;
   }
+}
+
+/**
+ * An answer to a request that is not an upgrade, with an explicit Content-Length; a HEAD
+ * gets the same status and headers and no body (HTTP/2 forbids one there, and Deno.serve
+ * would send it).
+ */
+function plain(
+  request: Request,
+  status: number,
+  body: string,
+  headers: Record<string, string> = {},
+): Response {
+  const length = String(new TextEncoder().encode(body).byteLength);
+  const init = { status, headers: { ...headers, "content-length": length } };
+  return new Response(request.method === "HEAD" ? null : body, init);
 }
