@@ -1,7 +1,7 @@
 /**
  * A real job for lockd: several worker processes share one counter file. Each worker takes
  * the lock, reads the counter, adds one and writes it back with its fencing token. The
- * file's guard refuses a write whose token is not above the last one written, so a worker
+ * file's guard refuses a write whose token is older than the last one written, so a worker
  * that was paused past its lease (here: SIGSTOP) cannot overwrite newer work when it wakes.
  *
  * Start a server, then run:
@@ -32,15 +32,15 @@ interface Counter {
 
 /**
  * The resource-side fence (docs/cluster.md, "Consistency, stated plainly"): read-check-write under the file system's own lock (the
- * storage's atomicity, as a database row lock would be), accepting a write only if its token
- * is above the last token written.
+ * storage's atomicity, as a database row lock would be), refusing a write whose token is
+ * older than the last token written (the same token again is the same holder).
  */
 async function guardedWrite(path: string, token: bigint, value: number): Promise<Counter> {
   using guard = await Deno.open(`${path}.guard`, { write: true, create: true });
   await guard.lock(true);
   try {
     const current = await readCounter(path);
-    if (token <= BigInt(current.token)) {
+    if (token < BigInt(current.token)) {
       throw new StaleTokenError(token, BigInt(current.token));
     }
     const next: Counter = { value, token: String(token) };
