@@ -11,7 +11,7 @@
 /**
  * A front port for one node (its `--advertise` address): forwards every connection to the
  * node, and holds back, while told to, what given peers send it on the links they dialled
- * (a peer is known by its `PEER 1 <address>` line). Held bytes flow again on `heal`, in
+ * (a peer is known by its `PEER 2 <address>` line). Held bytes flow again on `heal`, in
  * order, as after a network stall. Connections that do not start with a peer handshake
  * (clients) pass through untouched.
  *
@@ -121,7 +121,7 @@ export class PeerGate {
           const data = buf.slice(0, n);
           if (inbound && from === undefined && head.length < 512) {
             head += new TextDecoder().decode(data);
-            const match = /^PEER 1 (\S+)\r?\n/.exec(head);
+            const match = /^PEER \d+ (\S+)\r?\n/.exec(head);
             if (match) from = match[1];
             else if (head.includes("\n")) from = "client";
           }

@@ -28,6 +28,7 @@ function self(priority: number, fields: Partial<SelfView> = {}): SelfView {
     floor: 0n,
     activation: undefined,
     sinceActiveMs: TIMEOUT + 1,
+    position: 0,
     ...fields,
   };
 }
@@ -43,6 +44,7 @@ function peer(priority: number, role: Role, fields: Partial<PeerView> = {}): Pee
     floor: 0n,
     activeAddress: undefined,
     activation: undefined,
+    position: 0,
     ...fields,
   };
 }
@@ -335,6 +337,38 @@ Deno.test("decide() prefers the replica of the most recent activation", async (t
       decide(me, [peer(1, "standby", { replica: true, floor: 100n })], TIMEOUT),
       PROMOTE,
     );
+  });
+});
+
+Deno.test("decide() prefers, within one activation, the replica that applied its stream furthest", async (t) => {
+  // Node 1 lagged (paused, or a slow link) while node 3 acknowledged batches up to 80, which
+  // in sync replication let the active answer those grants; then the active died.
+  const floor = 500n;
+  await t.step("does keep the lagging higher-priority replica waiting", () => {
+    const me = self(1, { replica: true, floor, position: 40 });
+    const ahead = peer(3, "standby", { replica: true, floor, position: 80 });
+    assert.deepEqual(decide(me, [ahead], TIMEOUT), NONE);
+  });
+  await t.step("does promote the replica that got furthest, though of lower priority", () => {
+    const me = self(3, { replica: true, floor, position: 80 });
+    const behind = peer(1, "standby", { replica: true, floor, position: 40 });
+    assert.deepEqual(decide(me, [behind], TIMEOUT), PROMOTE);
+  });
+  await t.step("does fall back to priority between replicas equally far", () => {
+    const me = self(1, { replica: true, floor, position: 80 });
+    const even = peer(3, "standby", { replica: true, floor, position: 80 });
+    assert.deepEqual(decide(me, [even], TIMEOUT), PROMOTE);
+    assert.deepEqual(
+      decide(self(3, { replica: true, floor, position: 80 }), [
+        peer(1, "standby", { replica: true, floor, position: 80 }),
+      ], TIMEOUT),
+      NONE,
+    );
+  });
+  await t.step("does not compare positions across activations (the fresher floor wins)", () => {
+    const me = self(1, { replica: true, floor: 900n, position: 1 });
+    const older = peer(3, "standby", { replica: true, floor, position: 10_000 });
+    assert.deepEqual(decide(me, [older], TIMEOUT), PROMOTE);
   });
 });
 

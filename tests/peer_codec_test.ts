@@ -48,9 +48,9 @@ function malformed(line: string): string {
 // The codec
 
 const messages: [string, PeerMessage][] = [
-  ["PEER 1 10.0.0.1:7400", { type: "PEER", address: "10.0.0.1:7400" }],
-  ["PEER 1 [::1]:7400", { type: "PEER", address: "[::1]:7400" }],
-  ["HB active - 0 5000000 0a1b2c3d 1 1", {
+  ["PEER 2 10.0.0.1:7400", { type: "PEER", address: "10.0.0.1:7400" }],
+  ["PEER 2 [::1]:7400", { type: "PEER", address: "[::1]:7400" }],
+  ["HB active - 0 5000000 0a1b2c3d 1 1 0", {
     type: "HB",
     role: "active",
     active: undefined,
@@ -59,8 +59,9 @@ const messages: [string, PeerMessage][] = [
     activation: "0a1b2c3d",
     replica: true,
     floor: 1n,
+    position: 0,
   }],
-  [`HB standby 10.0.0.1:7400 1 ${MAX} - 0 0`, {
+  [`HB standby 10.0.0.1:7400 1 ${MAX} - 0 0 9007199254740991`, {
     type: "HB",
     role: "standby",
     active: "10.0.0.1:7400",
@@ -69,9 +70,10 @@ const messages: [string, PeerMessage][] = [
     activation: undefined,
     replica: false,
     floor: 0n,
+    position: 2 ** 53 - 1,
   }],
   ...(["starting", "handing-off", "leaving"] as const).map((role): [string, PeerMessage] => [
-    `HB ${role} - 0 0 - 0 0`,
+    `HB ${role} - 0 0 - 0 0 42`,
     {
       type: "HB",
       role,
@@ -81,6 +83,7 @@ const messages: [string, PeerMessage][] = [
       activation: undefined,
       replica: false,
       floor: 0n,
+      position: 42,
     },
   ]),
   ["SYNC", { type: "SYNC" }],
@@ -179,10 +182,10 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "SYNC x",
       "SNAPEND 1",
       "HANDOFFEND x",
-      "PEER 1",
-      "PEER 1 a b",
-      "HB active - 0 0 - 0",
-      "HB active - 0 0 - 0 0 0",
+      "PEER 2",
+      "PEER 2 a b",
+      "HB active - 0 0 - 0 0",
+      "HB active - 0 0 - 0 0 0 0",
       "SNAP a 1",
       "H k 1",
       "H k 1 1 1 1",
@@ -213,12 +216,18 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "hasOwnProperty 1 2",
       "x".repeat(10_000),
     ],
-    "bad handshake": ["PEER 2 a:1", "PEER 01 a:1", "PEER 1 " + "a".repeat(301), "PEER 1 a\tb"],
+    "bad handshake": [
+      "PEER 1 a:1",
+      "PEER 3 a:1",
+      "PEER 02 a:1",
+      "PEER 2 " + "a".repeat(301),
+      "PEER 2 a\tb",
+    ],
     "bad role": [
-      "HB Active - 0 0 - 0 0",
-      "HB handing_off - 0 0 - 0 0",
-      "HB - - 0 0 - 0 0",
-      "HB leader - 0 0 - 0 0",
+      "HB Active - 0 0 - 0 0 0",
+      "HB handing_off - 0 0 - 0 0 0",
+      "HB - - 0 0 - 0 0 0",
+      "HB leader - 0 0 - 0 0 0",
     ],
     "non-decimal or too large a number": [
       "W -1",
@@ -234,8 +243,8 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "W 100000000000000000000",
       "SNAP a x 1",
       "SNAP a 1 18446744073709551616",
-      "HB active - 0 -1 - 0 0",
-      "HB active - 0 0 - 0 18446744073709551616",
+      "HB active - 0 -1 - 0 0 0",
+      "HB active - 0 0 - 0 18446744073709551616 0",
       "HANDOFF a 01 1 full - 0",
       "HANDOFF a 1 18446744073709551616 full - 0",
       "HANDOFF a 1 1 full - x",
@@ -257,15 +266,18 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "F \ud800 1", // a lone surrogate
     ],
     "bad flag": [
-      "HB active - 2 0 - 0 0",
-      "HB active - 0 0 - true 0",
-      "HB active - 01 0 - 0 0",
-      "HB active - 0 0 - - 0",
+      "HB active - 2 0 - 0 0 0",
+      "HB active - 0 0 - true 0 0",
+      "HB active - 01 0 - 0 0 0",
+      "HB active - 0 0 - - 0 0",
     ],
     "bad address or activation": [
-      "HB active a\u00a0b 0 0 - 0 0",
-      "HB active - 0 0 a.b 0 0",
-      "HB active - 0 0 " + "a".repeat(65) + " 0 0",
+      "HB active a\u00a0b 0 0 - 0 0 0",
+      "HB active - 0 0 a.b 0 0 0",
+      "HB active - 0 0 " + "a".repeat(65) + " 0 0 0",
+      "HB active - 0 0 - 0 0 01",
+      "HB active - 0 0 - 0 0 -1",
+      "HB active - 0 0 - 0 0 9007199254740992",
       "SNAP a:b 1 1",
       "SNAP é 1 1",
       "TAKEN a/b",
@@ -309,7 +321,7 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
         "H " + "k".repeat(250) + " 1 1",
         "F " + "é".repeat(125) + " 1",
         "TAKEN " + "a".repeat(64),
-        "PEER 1 " + "a".repeat(300),
+        "PEER 2 " + "a".repeat(300),
         `F k ${MAX}`,
         "H k 1 9007199254740991",
       ]
@@ -587,14 +599,14 @@ function inboundHarness(options: { openedAt?: number; trace?: boolean } = {}) {
 
 Deno.test("PeerInbound hands each message to the receiver", () => {
   const h = inboundHarness();
-  h.inbound.line("HB active - 0 5000000 0a1b2c3d 1 1");
+  h.inbound.line("HB active - 0 5000000 0a1b2c3d 1 1 0");
   h.inbound.line("SYNC");
   h.inbound.line("TAKEN c3");
   h.inbound.line("COMMIT c3");
   h.inbound.line("ABORT d4");
   h.inbound.line("SEQ 3");
   h.inbound.line("ACK 2");
-  h.inbound.line("PEER 1 10.0.0.2:7400");
+  h.inbound.line("PEER 2 10.0.0.2:7400");
   assert.deepEqual(h.receiver.take(), [
     "hb 10.0.0.2:7400 active 5000000",
     "sync 10.0.0.2:7400",
@@ -723,7 +735,7 @@ Deno.test("PeerInbound drops lines that waited in a connection opened before a f
 
 Deno.test("PeerInbound traces messages when asked, heartbeats excepted", () => {
   const h = inboundHarness({ trace: true });
-  h.inbound.line("HB active - 0 0 - 0 0");
+  h.inbound.line("HB active - 0 0 - 0 0 0");
   h.inbound.line("SYNC");
   assert.deepEqual(h.debug, ["10.0.0.2:7400 > SYNC"]);
 });

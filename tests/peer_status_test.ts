@@ -30,6 +30,7 @@ function peer(address: string, fields: Partial<PeerState> = {}): PeerState {
     floor: 0n,
     mark: 0n,
     activation: undefined,
+    position: 0,
     ...fields,
   };
 }

@@ -8,7 +8,8 @@
  * - A standby follows the highest-priority live node that claims to be active (or that a
  *   live peer reports as its live active: a partial partition must not make a second one).
  * - Among replicas, the freshest activation's win: a replica that missed an activation
- *   never overrides one that saw it.
+ *   never overrides one that saw it; and among those, the ones that applied its stream
+ *   furthest: a grant another standby acknowledged is never lost to a laggard.
  * - An active that sees a higher-priority active steps down and hands its state over
  *   (demotion); an active that sees a higher-priority standby in sync with it hands over
  *   (failback). Handovers always go from lower to higher priority, so they cannot loop.
@@ -37,6 +38,8 @@ export interface PeerView {
   activeAddress: string | undefined;
   /** The activation it is in sync with (a standby) or its own (an active), if any. */
   activation: string | undefined;
+  /** How far it applied that activation's stream (the last batch it acknowledged). */
+  position: number;
 }
 
 /** What a node knows of itself. */
@@ -57,6 +60,8 @@ export interface SelfView {
   activation: string | undefined;
   /** Milliseconds since it last heard a live active (or since it started). */
   sinceActiveMs: number;
+  /** How far it applied its activation's stream (the last batch it acknowledged). */
+  position: number;
 }
 
 /** What to do now. */
@@ -116,13 +121,8 @@ export function decide(
   // start), the highest-priority live node. A node that restarted empty never wins over a
   // replica.
   const candidates = [
-    { priority: self.priority, replica: self.replica, floor: self.floor, busy: false },
-    ...peers.map((p) => ({
-      priority: p.priority,
-      replica: p.replica,
-      floor: p.floor,
-      busy: p.role === "handing-off" || p.role === "leaving",
-    })),
+    { ...self, busy: false },
+    ...peers.map((p) => ({ ...p, busy: p.role === "handing-off" || p.role === "leaving" })),
   ].filter((c) => !c.busy);
   const anyReplica = candidates.some((c) => c.replica);
   let eligible = candidates.filter((c) => c.replica || !anyReplica);
@@ -130,6 +130,11 @@ export function decide(
   // activation (a paused standby) must not wipe the grants a fresher one holds.
   const freshest = eligible.reduce((max, c) => c.floor > max ? c.floor : max, 0n);
   eligible = eligible.filter((c) => !c.replica || c.floor === freshest);
+  // And among those, the ones that applied its stream furthest: in sync replication a grant
+  // was answered once one standby acknowledged it, maybe not the highest-priority one (it
+  // lagged, or was paused), and the one that did must not lose it to a laggard.
+  const furthest = eligible.reduce((max, c) => c.replica && c.position > max ? c.position : max, 0);
+  eligible = eligible.filter((c) => !c.replica || c.position === furthest);
   const best = Math.min(...eligible.map((c) => c.priority));
   return eligible.some((c) => c.priority === self.priority) && best === self.priority
     ? { kind: "promote" }

@@ -411,6 +411,7 @@ export class ClusterNode implements PeerReceiver {
       floor: this.replica.floor,
       activation: this.#activation,
       sinceActiveMs: this.#port.clock() - this.#lastActiveSeen,
+      position: this.replica.position,
     };
   }
 
@@ -433,6 +434,7 @@ export class ClusterNode implements PeerReceiver {
       activation: this.#activation,
       replica: this.replica.complete,
       floor: this.replica.floor,
+      position: this.replica.position,
     });
   }
 

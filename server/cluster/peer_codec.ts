@@ -11,10 +11,10 @@ import { clientNameError, keyError, MAX_TOKEN } from "../../client/codec.ts";
 import type { Role } from "./election.ts";
 
 /** Version of the peer protocol sent in the handshake. */
-export const PEER_PROTOCOL_VERSION = 1;
+export const PEER_PROTOCOL_VERSION = 2;
 
 /**
- * `PEER 1 <address> [<nonce>]`: the first line of a connection a node dials to a peer; the
+ * `PEER 2 <address> [<nonce>]`: the first line of a connection a node dials to a peer; the
  * nonce when the cluster authenticates peers (see `peer_auth.ts`).
  */
 export interface PeerHello {
@@ -62,6 +62,11 @@ export interface Heartbeat {
   replica: boolean;
   /** That activation's first-token floor. */
   floor: bigint;
+  /**
+   * How far it applied that activation's stream: the last batch (`SEQ n`) it acknowledged,
+   * 0 for none. Among replicas of one activation the furthest wins an election.
+   */
+  position: number;
 }
 
 /** `SNAP <activation> <last token> <floor>`: a snapshot begins (the standby clears its table). */
@@ -225,7 +230,7 @@ const FIELDS: Record<string, number> = {
   PEER: 3,
   PEERAUTH: 3,
   PEERPROOF: 2,
-  HB: 8,
+  HB: 9,
   SYNC: 1,
   SNAP: 4,
   H: 4,
@@ -269,7 +274,9 @@ export function encodePeer(message: PeerMessage): string {
     case "HB":
       return `HB ${message.role} ${message.active ?? "-"} ${
         message.synced ? 1 : 0
-      } ${message.mark} ${message.activation ?? "-"} ${message.replica ? 1 : 0} ${message.floor}`;
+      } ${message.mark} ${message.activation ?? "-"} ${
+        message.replica ? 1 : 0
+      } ${message.floor} ${message.position}`;
     case "SNAP":
       return `SNAP ${message.activation} ${message.lastToken} ${message.floor}`;
     case "H":
@@ -413,6 +420,7 @@ export function decodePeer(line: string): PeerMessage | PeerDecodeError {
           activation: optional(f[5], activation),
           replica: flag(f[6], "replica"),
           floor: decimal(f[7], "floor"),
+          position: f[8] === "0" ? 0 : batch(f[8]),
         };
       }
       case "SNAP":

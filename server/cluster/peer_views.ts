@@ -33,6 +33,8 @@ export interface PeerState {
   mark: bigint;
   /** The activation it is in sync with, or its own. */
   activation: string | undefined;
+  /** How far it applied that activation's stream (the last batch it acknowledged). */
+  position: number;
 }
 
 /** The peers of one node (itself excluded). */
@@ -61,6 +63,7 @@ export class PeerViews {
         floor: 0n,
         mark: 0n,
         activation: undefined,
+        position: 0,
       });
     });
   }
@@ -103,6 +106,7 @@ export class PeerViews {
     peer.mark = hb.mark;
     peer.floor = hb.floor;
     peer.activation = hb.activation;
+    peer.position = hb.position;
     return peer;
   }
 
@@ -156,6 +160,7 @@ export class PeerViews {
         floor: p.floor,
         activeAddress: p.activeAddress,
         activation: p.activation,
+        position: p.position,
       });
     }
     return live;

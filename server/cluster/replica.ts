@@ -40,6 +40,15 @@ export class Replica {
   #ackedTo: string | undefined;
   #ackedSeq = 0;
 
+  /**
+   * How far it applied the stream of the activation it replicates: the last batch it
+   * acknowledged (0: none since its snapshot). Kept when the stream breaks: the election
+   * prefers the replica that got furthest.
+   */
+  get position(): number {
+    return this.#ackedSeq;
+  }
+
   /** @param ctx The node's table, tokens, clock and links. @param options Settings. */
   constructor(ctx: ClusterContext, options: ReplicaOptions) {
     this.#ctx = ctx;
@@ -136,11 +145,13 @@ export class Replica {
     this.synced = true;
     this.complete = true;
     this.floor = floor;
+    this.#ackedSeq = 0;
   }
 
   /** This node handed its state over or starts following another: it holds nothing current. */
   drop(): void {
     this.synced = false;
     this.complete = false;
+    this.#ackedSeq = 0;
   }
 }
