@@ -391,7 +391,7 @@ export class ClusterNode implements PeerReceiver {
   /** Detects that this process was frozen (e.g. SIGSTOP) long enough for peers to move on. */
   #checkFrozen(now = this.#port.clock()): void {
     if (this.#peers.size > 0 && this.#freeze.check(now) && this.#role === "active") {
-      this.#port.log.warn("this process was paused; checking for another active before serving");
+      this.#port.log.warn("process was paused; checking for another active", { event: "paused" });
     }
   }
 
