@@ -87,8 +87,14 @@ const messages: [string, PeerMessage][] = [
     },
   ]),
   ["SYNC", { type: "SYNC" }],
-  ["SNAP a1 0 1", { type: "SNAP", activation: "a1", lastToken: 0n, floor: 1n }],
-  [`SNAP A-z_9 ${MAX} ${MAX}`, { type: "SNAP", activation: "A-z_9", lastToken: MAX, floor: MAX }],
+  ["SNAP a1 0 1 0", { type: "SNAP", activation: "a1", lastToken: 0n, floor: 1n, position: 0 }],
+  [`SNAP A-z_9 ${MAX} ${MAX} 7`, {
+    type: "SNAP",
+    activation: "A-z_9",
+    lastToken: MAX,
+    floor: MAX,
+    position: 7,
+  }],
   ["H orders:17 42 30000", { type: "H", key: "orders:17", token: 42n, remainingMs: 30_000 }],
   [`H é😀 ${MAX} 1`, { type: "H", key: "é😀", token: MAX, remainingMs: 1 }],
   ["F orders:17 1", { type: "F", key: "orders:17", token: 1n }],
@@ -241,8 +247,9 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "W 18446744073709551616",
       "W 99999999999999999999",
       "W 100000000000000000000",
-      "SNAP a x 1",
-      "SNAP a 1 18446744073709551616",
+      "SNAP a x 1 0",
+      "SNAP a 1 18446744073709551616 0",
+      "SNAP a 1 1 01",
       "HB active - 0 -1 - 0 0 0",
       "HB active - 0 0 - 0 18446744073709551616 0",
       "HANDOFF a 01 1 full - 0",
@@ -278,7 +285,7 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "HB active - 0 0 - 0 0 01",
       "HB active - 0 0 - 0 0 -1",
       "HB active - 0 0 - 0 0 9007199254740992",
-      "SNAP a:b 1 1",
+      "SNAP a:b 1 1 0",
       "SNAP é 1 1",
       "TAKEN a/b",
       "TAKEN " + "a".repeat(65),
@@ -640,7 +647,7 @@ Deno.test("PeerInbound closes the link on a malformed line, once, and ignores wh
 Deno.test("PeerInbound applies a snapshot and the stream only while it follows the peer", async (t) => {
   await t.step("followed", () => {
     const h = inboundHarness();
-    for (const line of ["SNAP a1 10 1", "H k 7 3000", "H j 9 10", "SNAPEND", "F k 7", "W 99"]) {
+    for (const line of ["SNAP a1 10 1 0", "H k 7 3000", "H j 9 10", "SNAPEND", "F k 7", "W 99"]) {
       h.inbound.line(line);
     }
     assert.deepEqual(h.receiver.take(), [
@@ -655,14 +662,14 @@ Deno.test("PeerInbound applies a snapshot and the stream only while it follows t
   await t.step("not followed", () => {
     const h = inboundHarness();
     h.receiver.following = false;
-    for (const line of ["SNAP a1 10 1", "H k 7 3000", "SNAPEND", "F k 7", "W 99"]) {
+    for (const line of ["SNAP a1 10 1 0", "H k 7 3000", "SNAPEND", "F k 7", "W 99"]) {
       h.inbound.line(line);
     }
     assert.deepEqual(h.receiver.take(), []);
   });
   await t.step("no longer followed before SNAPEND", () => {
     const h = inboundHarness();
-    h.inbound.line("SNAP a1 10 1");
+    h.inbound.line("SNAP a1 10 1 0");
     h.inbound.line("H k 7 3000");
     h.receiver.following = false;
     h.inbound.line("H j 9 10");
@@ -673,7 +680,7 @@ Deno.test("PeerInbound applies a snapshot and the stream only while it follows t
     const h = inboundHarness();
     h.inbound.line("SNAPEND");
     h.receiver.following = false;
-    h.inbound.line("SNAP a1 1 1");
+    h.inbound.line("SNAP a1 1 1 0");
     h.receiver.following = true;
     h.inbound.line("SNAPEND");
     assert.deepEqual(h.receiver.take(), [], "no snapshot was begun");

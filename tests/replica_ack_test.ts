@@ -51,3 +51,18 @@ Deno.test("a standby acknowledges its last batch again when its link to the acti
   replica.reacknowledge("10.0.0.1:7321");
   assert.equal(sent.length, 2);
 });
+
+Deno.test("a standby's position starts at its snapshot's batch, follows its acknowledgements and outlives the stream", () => {
+  const { replica } = replicaWithLinks();
+  assert.equal(replica.position, 0);
+  // Taken after batch 7: a standby that just synced ranks with one that acknowledged 7.
+  replica.begin("act-1", 0n, 1n, 7);
+  assert.equal(replica.position, 7);
+  replica.end("act-1");
+  replica.batch("10.0.0.1:7321", 9);
+  assert.equal(replica.position, 9);
+  replica.interrupted(); // the active died: its state, and how far it got, are what is left
+  assert.equal(replica.position, 9);
+  replica.drop();
+  assert.equal(replica.position, 0);
+});

@@ -69,7 +69,10 @@ export interface Heartbeat {
   position: number;
 }
 
-/** `SNAP <activation> <last token> <floor>`: a snapshot begins (the standby clears its table). */
+/**
+ * `SNAP <activation> <last token> <floor> <position>`: a snapshot begins (the standby clears
+ * its table).
+ */
 export interface SnapshotBegin {
   /** Message type. */
   type: "SNAP";
@@ -79,6 +82,8 @@ export interface SnapshotBegin {
   lastToken: bigint;
   /** Its activation's first-token floor. */
   floor: bigint;
+  /** The last batch it numbered: the snapshot holds every change up to it (0 for none). */
+  position: number;
 }
 
 /** `H <key> <token> <remaining ms>`: `key` is held by `token` for that long. */
@@ -232,7 +237,7 @@ const FIELDS: Record<string, number> = {
   PEERPROOF: 2,
   HB: 9,
   SYNC: 1,
-  SNAP: 4,
+  SNAP: 5,
   H: 4,
   O: 5,
   OGONE: 2,
@@ -278,7 +283,7 @@ export function encodePeer(message: PeerMessage): string {
         message.replica ? 1 : 0
       } ${message.floor} ${message.position}`;
     case "SNAP":
-      return `SNAP ${message.activation} ${message.lastToken} ${message.floor}`;
+      return `SNAP ${message.activation} ${message.lastToken} ${message.floor} ${message.position}`;
     case "H":
       return heldLine(message.key, message.token, message.remainingMs, message.owner);
     case "O":
@@ -429,6 +434,7 @@ export function decodePeer(line: string): PeerMessage | PeerDecodeError {
           activation: activation(f[1]),
           lastToken: decimal(f[2], "last token"),
           floor: decimal(f[3], "floor"),
+          position: f[4] === "0" ? 0 : batch(f[4]),
         };
       case "H": {
         const held: HeldMessage = {

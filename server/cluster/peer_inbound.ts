@@ -112,7 +112,7 @@ export class PeerInbound implements LineHandler {
       case "SNAP":
         if (!node.follows(this.#peer)) return;
         this.#snapshot = message.activation;
-        node.replica.begin(message.activation, message.lastToken, message.floor);
+        node.replica.begin(message.activation, message.lastToken, message.floor, message.position);
         return;
       case "SNAPEND":
         if (this.#snapshot !== undefined && node.follows(this.#peer)) {

@@ -39,14 +39,16 @@ export class Replica {
   /** The last batch acknowledged, and to whom (sent again when the link comes back). */
   #ackedTo: string | undefined;
   #ackedSeq = 0;
+  /** How far it applied the stream (see {@linkcode position}). */
+  #position = 0;
 
   /**
    * How far it applied the stream of the activation it replicates: the last batch it
-   * acknowledged (0: none since its snapshot). Kept when the stream breaks: the election
-   * prefers the replica that got furthest.
+   * acknowledged, or the one its snapshot was taken after. Kept when the stream breaks: the
+   * election prefers the replica that got furthest.
    */
   get position(): number {
-    return this.#ackedSeq;
+    return this.#position;
   }
 
   /** @param ctx The node's table, tokens, clock and links. @param options Settings. */
@@ -55,10 +57,11 @@ export class Replica {
     this.#options = options;
   }
 
-  /** `SNAP`: a snapshot begins; the table is cleared. */
-  begin(activation: string, lastToken: bigint, floor: bigint): void {
+  /** `SNAP`: a snapshot begins (taken after batch `position`); the table is cleared. */
+  begin(activation: string, lastToken: bigint, floor: bigint, position = 0): void {
     this.synced = false;
     this.#ackedSeq = 0;
+    this.#position = position;
     this.complete = false;
     this.floor = floor;
     this.seen = { activation, token: lastToken };
@@ -99,6 +102,7 @@ export class Replica {
     if (!this.synced) return;
     this.#ackedTo = active;
     this.#ackedSeq = n;
+    this.#position = n;
     this.#ctx.network.send(active, { type: "ACK", seq: n });
   }
 
@@ -146,6 +150,7 @@ export class Replica {
     this.complete = true;
     this.floor = floor;
     this.#ackedSeq = 0;
+    this.#position = 0;
   }
 
   /** This node handed its state over or starts following another: it holds nothing current. */
@@ -153,5 +158,6 @@ export class Replica {
     this.synced = false;
     this.complete = false;
     this.#ackedSeq = 0;
+    this.#position = 0;
   }
 }

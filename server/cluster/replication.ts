@@ -94,7 +94,8 @@ export class ReplicationStream implements ReplyGate {
   snapshot(address: string, activation: string, floor: bigint): void {
     const { table, tokens, network } = this.#ctx;
     const now = this.#ctx.clock();
-    network.send(address, { type: "SNAP", activation, lastToken: tokens.last, floor });
+    const position = this.#seq;
+    network.send(address, { type: "SNAP", activation, lastToken: tokens.last, floor, position });
     for (const owner of this.#ctx.owners.all()) network.send(address, { type: "O", ...owner });
     for (const held of table.holders()) {
       network.send(address, {
