@@ -9,6 +9,7 @@
 
 import { createHash } from "node:crypto";
 import { keyError, type LocksPage, MAX_LOCKS_LIMIT, type NodeStatus } from "../client/codec.ts";
+import { contentLength, forMethod } from "../client/http_answer.ts";
 import statusPage from "./assets/status.html" with { type: "text" };
 
 /** What the endpoints read: `LockServer` has all of it. */
@@ -104,13 +105,13 @@ export function parseLocksQuery(params: URLSearchParams): LocksQuery | { error: 
   }
   // The rules of `L`'s fields (docs/protocol.md, "Inspection"): a prefix or an `after`
   // that no key could match is a mistake, not an empty page.
-  const prefix = params.get("prefix") ?? "";
-  const badPrefix = prefix === "" ? undefined : keyError(prefix);
-  if (badPrefix !== undefined) return { error: `prefix: ${badPrefix.replace(/^key /, "")}` };
-  const after = params.get("after");
-  const badAfter = after === null || after === "" ? undefined : keyError(after);
-  if (badAfter !== undefined) return { error: `after: ${badAfter.replace(/^key /, "")}` };
-  return { prefix, limit, after: after === null || after === "" ? undefined : after };
+  const prefix = params.get("prefix") || undefined;
+  const after = params.get("after") || undefined;
+  for (const [name, value] of [["prefix", prefix], ["after", after]]) {
+    const bad = value === undefined ? undefined : keyError(value);
+    if (bad !== undefined) return { error: `${name}: ${bad.replace(/^key /, "")}` };
+  }
+  return { prefix: prefix ?? "", limit, after };
 }
 
 /**
@@ -158,8 +159,6 @@ export const STATUS_PAGE_CSP: string = [
 
 const COMMON = { "cache-control": "no-store", "x-content-type-options": "nosniff" };
 
-const encoder = new TextEncoder();
-
 function respond(
   status: number,
   body: string,
@@ -167,22 +166,11 @@ function respond(
   extra: Record<string, string> = {},
 ): Response {
   // The length is explicit so that the answer to a HEAD (forMethod) keeps it.
-  const length = String(encoder.encode(body).byteLength);
+  const length = contentLength(body);
   return new Response(body, {
     status,
     headers: { ...COMMON, "content-type": type, "content-length": length, ...extra },
   });
-}
-
-/**
- * `response` as the answer to `request`: for a HEAD, the same status and headers (the
- * GET's Content-Length included) with no body. HTTP/2 forbids a body on a HEAD answer and
- * Deno.serve sends it there (clients see PROTOCOL_ERROR); only HTTP/1.1 drops it.
- */
-function forMethod(request: Request, response: Response): Response {
-  if (request.method !== "HEAD") return response;
-  response.body?.cancel();
-  return new Response(null, { status: response.status, headers: response.headers });
 }
 
 function json(status: number, value: unknown): Response {

@@ -303,8 +303,7 @@ export class ClientSession implements LineHandler {
     if (this.#closed || this.#refused) return;
     const error = invalidLineError(text);
     if (isHello(text)) {
-      const ctx = this.#ctx.hello ?? { clock: () => performance.now() };
-      return this.#answerHello(answerInvalidHello(ctx, this.#late()));
+      return this.#answerHello(answerInvalidHello(this.#helloContext(), this.#late()));
     }
     if (this.#unauthenticated()) return this.#refuseUnauthenticated(error.op, error.key);
     this.#started = true;
@@ -370,8 +369,13 @@ export class ClientSession implements LineHandler {
   }
 
   #hello(text: string): void {
-    const ctx = this.#ctx.hello ?? { clock: () => performance.now() };
-    this.#answerHello(answerHello(ctx, text, this.#sink.remote ?? "-", this.#late()));
+    const remote = this.#sink.remote ?? "-";
+    this.#answerHello(answerHello(this.#helloContext(), text, remote, this.#late()));
+  }
+
+  /** What answering a hello needs (a server without sessions: just the clock). */
+  #helloContext(): HelloContext {
+    return this.#ctx.hello ?? { clock: () => performance.now() };
   }
 
   /** Whether a hello comes too late: other lines came first, or it already said hello. */

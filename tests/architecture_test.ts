@@ -138,8 +138,13 @@ Deno.test("the pure parts of the lockd command use no Deno.* and import no I/O",
 Deno.test("the HTTP endpoints' routes use no Deno.*: http.ts alone serves them", () => {
   const path = "server/http_routes.ts";
   assert.doesNotMatch(code(path), /\bDeno\./, `${path} uses Deno.*`);
+  // http_answer.ts (HEAD answers, shared with the bridge) is Web APIs only, and imports nothing.
+  const answer = "client/http_answer.ts";
+  assert.doesNotMatch(code(answer), /\bDeno\./, `${answer} uses Deno.*`);
+  assert.deepEqual(imports(answer), [], `${answer} imports nothing`);
+  const allowed = ["node:crypto", "../client/codec.ts", "../client/http_answer.ts"];
   for (const target of imports(path)) {
-    const ok = ["node:crypto", "../client/codec.ts", "./assets/status.html"].includes(target);
+    const ok = [...allowed, "./assets/status.html"].includes(target);
     assert.ok(ok, `${path} imports ${target}`);
   }
 });

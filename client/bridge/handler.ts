@@ -9,6 +9,7 @@
 
 import { type ClientInternals, clientInternals, LockClient } from "../client.ts";
 import type { LockClientOptions } from "../options.ts";
+import { contentLength, forMethod } from "../http_answer.ts";
 import { BridgeSession, type BridgeSocket, ClientGroup, validPrefix } from "./session.ts";
 
 /** Options of {@linkcode createBridgeHandler}. Give `servers` or `client`. */
@@ -215,18 +216,13 @@ function originAllowed(request: Request, allowed: readonly string[] | undefined)
   }
 }
 
-/**
- * An answer to a request that is not an upgrade, with an explicit Content-Length; a HEAD
- * gets the same status and headers and no body (HTTP/2 forbids one there, and Deno.serve
- * would send it).
- */
+/** An answer to a request that is not an upgrade (a HEAD gets no body: `forMethod`). */
 function plain(
   request: Request,
   status: number,
   body: string,
   headers: Record<string, string> = {},
 ): Response {
-  const length = String(new TextEncoder().encode(body).byteLength);
-  const init = { status, headers: { ...headers, "content-length": length } };
-  return new Response(request.method === "HEAD" ? null : body, init);
+  const init = { status, headers: { ...headers, "content-length": contentLength(body) } };
+  return forMethod(request, new Response(body, init));
 }

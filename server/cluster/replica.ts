@@ -36,9 +36,11 @@ export class Replica {
   #ctx: ClusterContext;
   #options: ReplicaOptions;
   #requestedAt = -Infinity;
-  /** The last batch acknowledged, and to whom (sent again when the link comes back). */
+  /**
+   * To whom it acknowledged {@linkcode position} since its snapshot, if it did (that ACK is
+   * sent again when the link comes back).
+   */
   #ackedTo: string | undefined;
-  #ackedSeq = 0;
   /** How far it applied the stream (see {@linkcode position}). */
   #position = 0;
 
@@ -60,7 +62,7 @@ export class Replica {
   /** `SNAP`: a snapshot begins (taken after batch `position`); the table is cleared. */
   begin(activation: string, lastToken: bigint, floor: bigint, position = 0): void {
     this.synced = false;
-    this.#ackedSeq = 0;
+    this.#ackedTo = undefined;
     this.#position = position;
     this.complete = false;
     this.floor = floor;
@@ -101,7 +103,6 @@ export class Replica {
   batch(active: string, n: number): void {
     if (!this.synced) return;
     this.#ackedTo = active;
-    this.#ackedSeq = n;
     this.#position = n;
     this.#ctx.network.send(active, { type: "ACK", seq: n });
   }
@@ -112,8 +113,8 @@ export class Replica {
    * reply until it hears one (no later batch comes while every client waits).
    */
   reacknowledge(active: string): void {
-    if (!this.synced || this.#ackedTo !== active || this.#ackedSeq === 0) return;
-    this.#ctx.network.send(active, { type: "ACK", seq: this.#ackedSeq });
+    if (!this.synced || this.#ackedTo !== active) return;
+    this.#ctx.network.send(active, { type: "ACK", seq: this.#position });
   }
 
   /** `SNAPEND`: the snapshot is complete; the stream continues. */
@@ -149,7 +150,7 @@ export class Replica {
     this.synced = true;
     this.complete = true;
     this.floor = floor;
-    this.#ackedSeq = 0;
+    this.#ackedTo = undefined;
     this.#position = 0;
   }
 
@@ -157,7 +158,7 @@ export class Replica {
   drop(): void {
     this.synced = false;
     this.complete = false;
-    this.#ackedSeq = 0;
+    this.#ackedTo = undefined;
     this.#position = 0;
   }
 }
