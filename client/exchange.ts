@@ -8,7 +8,8 @@
 
 import type { Reply } from "./codec.ts";
 import { replyAction } from "./codec.ts";
-import type { ConnectionLost, ManagedConnection, Receiver } from "./managed_connection.ts";
+import type { ManagedConnection } from "./managed_connection.ts";
+import type { ConnectionLost, Receiver } from "./pending_replies.ts";
 import type { Router } from "./router.ts";
 
 /**

@@ -11,55 +11,17 @@
 import type { Address } from "./address.ts";
 import { CloseDrain } from "./close_drain.ts";
 import { parseReply, PROBE, type Reply } from "./codec.ts";
+import {
+  ConnectionLost,
+  PendingReplies,
+  PromiseReceiver,
+  type Receiver,
+} from "./pending_replies.ts";
 import { after, Alarm, type CancelTimer, timers } from "./timer.ts";
 import type { Connect, Transport } from "./transport.ts";
 
 /** How early a look of the watch may come and still count its full interval, in ms. */
 const LOOK_SLACK_MS = 1;
-
-/** The connection dropped (or could not be used) while a request was outstanding. */
-export class ConnectionLost extends Error {
-  /** @param address Where it was connected. @param detail Last error line from the server. */
-  constructor(address: string, detail?: string) {
-    super(`Connection to ${address} was lost${detail ? ` (${detail})` : ""}`);
-    this.name = "ConnectionLost";
-  }
-}
-
-/**
- * What waits for a reply on a connection: the router's exchanges themselves (no promise or
- * closure per request), or a promise's ({@linkcode ManagedConnection.request}). The requests
- * waiting for one (op, key) form a queue through `nextReceiver`, in the order sent.
- */
-export interface Receiver {
-  /** The next receiver of the same (op, key) on the connection: the connection's to set. */
-  nextReceiver: Receiver | undefined;
-  /** On the first of a queue, its last: the connection's to set. */
-  lastReceiver: Receiver | undefined;
-  /** Its place among the requests this process sent (any connection): the connection's to set. */
-  sentSeq?: number;
-  /** The reply whose echoed (op, key) matched. */
-  replied(reply: Reply): void;
-  /** The connection dropped before the reply came. */
-  lost(error: ConnectionLost): void;
-}
-
-/** Requests sent by this process so far, on any connection (orders `Receiver.sentSeq`). */
-let sentSeq = 0;
-
-/** The receiver behind {@linkcode ManagedConnection.request}: a promise. */
-class PromiseReceiver implements Receiver {
-  nextReceiver: Receiver | undefined;
-  lastReceiver: Receiver | undefined;
-  sentSeq = 0;
-  replied: (reply: Reply) => void;
-  lost: (error: ConnectionLost) => void;
-
-  constructor(resolve: (reply: Reply) => void, reject: (error: ConnectionLost) => void) {
-    this.replied = resolve;
-    this.lost = reject;
-  }
-}
 
 /** Options shared by every connection of a client. */
 export interface ManagedConnectionOptions {
@@ -95,11 +57,8 @@ export class ManagedConnection {
   #ready = false;
   #refusal: string | undefined;
   #connecting: Promise<boolean> | undefined;
-  /**
-   * What waits for replies, by op and then key: the first receiver of each (op, key) queue.
-   * Two levels, so that neither a request nor a reply builds an `op key` string to look up.
-   */
-  #pending = new Map<string, Map<string, Receiver>>();
+  /** What waits for replies. */
+  #pending = new PendingReplies();
   #reconnectTimer: CancelTimer | undefined;
   #lastError: string | undefined;
   /** Outstanding requests (pings included). */
@@ -129,7 +88,25 @@ export class ManagedConnection {
   constructor(address: Address, options: ManagedConnectionOptions) {
     this.address = address;
     this.#options = options;
-    options.closed.addEventListener("abort", () => this.#shutdown(), { once: true });
+    options.closed.addEventListener("abort", this.#onClientClosed, { once: true });
+  }
+
+  #onClientClosed = () => this.#shutdown();
+
+  /**
+   * Whether nothing uses this connection: it is down, not connecting and has no request
+   * outstanding (a connection to a node an `M` once named that is gone may then be retired).
+   */
+  get dormant(): boolean {
+    return !this.up && this.#connecting === undefined && this.#outstanding === 0 &&
+      this.#drain === undefined;
+  }
+
+  /** Stops this connection for good: no reconnect, and the client's close no longer reaches it. */
+  retire(): void {
+    this.#closing = true;
+    this.#options.closed.removeEventListener("abort", this.#onClientClosed);
+    this.#shutdown();
   }
 
   /**
@@ -207,12 +184,12 @@ export class ManagedConnection {
    * or `Infinity` if there is none.
    */
   oldest(op: string, key: string): number {
-    return this.#pending.get(op)?.get(key)?.sentSeq ?? Infinity;
+    return this.#pending.oldest(op, key);
   }
 
   /** Whether a request with this (op, key) is outstanding here. */
   outstanding(op: string, key: string): boolean {
-    return this.#pending.get(op)?.has(key) ?? false;
+    return this.#pending.has(op, key);
   }
 
   /**
@@ -270,18 +247,7 @@ export class ManagedConnection {
       this.#timed = receiver;
       this.#timedAt = performance.now();
     }
-    let byKey = this.#pending.get(op);
-    if (byKey === undefined) this.#pending.set(op, byKey = new Map());
-    receiver.sentSeq = sentSeq++;
-    receiver.nextReceiver = undefined;
-    const first = byKey.get(key);
-    if (first === undefined) {
-      receiver.lastReceiver = receiver;
-      byKey.set(key, receiver);
-    } else {
-      first.lastReceiver!.nextReceiver = receiver;
-      first.lastReceiver = receiver;
-    }
+    this.#pending.add(op, key, receiver);
     transport.send(line);
   }
 
@@ -416,8 +382,7 @@ export class ManagedConnection {
     }
     // The hello's answer echoes its session, but a server without hellos echoes `1`.
     const key = reply.op === "HELLO" ? "" : reply.key;
-    const byKey = this.#pending.get(reply.op);
-    const receiver = byKey?.get(key);
+    const receiver = this.#pending.take(reply.op, key);
     // A grant while the client's close drains this connection: released on a fresh one.
     const late = this.#drain !== undefined && reply.op === "A" && reply.status === "A";
     if (late) this.#drain!.take(reply.key, reply.token!);
@@ -426,13 +391,6 @@ export class ManagedConnection {
       if (reply.status === "E") this.#lastError = reply.text;
       return;
     }
-    const next = receiver.nextReceiver;
-    if (next === undefined) byKey!.delete(key);
-    else {
-      next.lastReceiver = receiver.lastReceiver;
-      byKey!.set(key, next);
-    }
-    receiver.nextReceiver = receiver.lastReceiver = undefined;
     if (--this.#outstanding === 0) this.#transport?.ref?.(false);
     if (receiver === this.#timed) {
       this.#timed = undefined;
@@ -475,19 +433,6 @@ export class ManagedConnection {
     timers.cancel(this.#watchAlarm);
     this.#outstanding = 0;
     this.#timed = undefined;
-    const pending: Receiver[] = [];
-    for (const byKey of this.#pending.values()) {
-      for (const first of byKey.values()) {
-        let receiver: Receiver | undefined = first;
-        while (receiver !== undefined) {
-          const next: Receiver | undefined = receiver.nextReceiver;
-          receiver.nextReceiver = receiver.lastReceiver = undefined;
-          pending.push(receiver);
-          receiver = next;
-        }
-      }
-    }
-    this.#pending.clear();
-    for (const p of pending) p.lost(new ConnectionLost(this.address.key, detail));
+    for (const p of this.#pending.clear()) p.lost(new ConnectionLost(this.address.key, detail));
   }
 }

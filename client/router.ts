@@ -12,7 +12,8 @@ import { type Address, addressText, parseAddress } from "./address.ts";
 import { type Reply, replyAction } from "./codec.ts";
 import { LockError, LockRejectedError, LockUnavailableError } from "./errors.ts";
 import { Exchange, PromiseExchange } from "./exchange.ts";
-import { ConnectionLost, ManagedConnection } from "./managed_connection.ts";
+import { ManagedConnection } from "./managed_connection.ts";
+import { ConnectionLost } from "./pending_replies.ts";
 import type { ResolvedOptions } from "./options.ts";
 import { after } from "./timer.ts";
 
@@ -60,6 +61,8 @@ export function sleep(ms: number, signal: AbortSignal): Promise<void> {
 /** The connections of one client and the routing of its requests over them. */
 export class Router {
   #connections: ManagedConnection[] = [];
+  /** The connections added for a node an `M` named (not among the client's addresses). */
+  #learned = new Set<ManagedConnection>();
   #next = 0;
   /** The node that served the last request (`M` targets included): preferred. */
   #active: string | undefined;
@@ -440,7 +443,27 @@ export class Router {
     }
     const known = this.#connections.find((c) => c.address.key === address.key);
     if (known !== undefined) return known;
+    this.#retireDormant();
     const added = this.#add(address);
+    this.#learned.add(added);
     return added;
+  }
+
+  /**
+   * Drops the connections an `M` added that are down and unused: a cluster whose nodes come
+   * back at new addresses (a container's new IP on each restart) would otherwise leave one
+   * connection per old address, retried forever (docs/client.md, "Connections").
+   */
+  #retireDormant(): void {
+    if (this.#learned.size === 0) return;
+    const kept: ManagedConnection[] = [];
+    for (const c of this.#connections) {
+      if (this.#learned.has(c) && c.dormant) {
+        this.#learned.delete(c);
+        c.retire();
+        if (this.#active === c.address.key) this.#active = undefined;
+      } else kept.push(c);
+    }
+    this.#connections = kept;
   }
 }

@@ -1126,8 +1126,7 @@ async function releaseLate(grants, options) {
   }
 }
 
-// client/managed_connection.ts
-var LOOK_SLACK_MS = 1;
+// client/pending_replies.ts
 var ConnectionLost = class extends Error {
   /** @param address Where it was connected. @param detail Last error line from the server. */
   constructor(address, detail) {
@@ -1142,11 +1141,72 @@ var PromiseReceiver = class {
   sentSeq = 0;
   replied;
   lost;
+  /** @param resolve Gets the reply. @param reject Gets the loss. */
   constructor(resolve, reject) {
     this.replied = resolve;
     this.lost = reject;
   }
 };
+var PendingReplies = class {
+  #byOp = /* @__PURE__ */ new Map();
+  /** Queues `receiver` behind the requests with the same (op, key), stamping its `sentSeq`. */
+  add(op, key, receiver) {
+    let byKey = this.#byOp.get(op);
+    if (byKey === void 0) this.#byOp.set(op, byKey = /* @__PURE__ */ new Map());
+    receiver.sentSeq = sentSeq++;
+    receiver.nextReceiver = void 0;
+    const first = byKey.get(key);
+    if (first === void 0) {
+      receiver.lastReceiver = receiver;
+      byKey.set(key, receiver);
+    } else {
+      first.lastReceiver.nextReceiver = receiver;
+      first.lastReceiver = receiver;
+    }
+  }
+  /** Takes the oldest receiver of (op, key) off its queue, or `undefined` if none waits. */
+  take(op, key) {
+    const byKey = this.#byOp.get(op);
+    const receiver = byKey?.get(key);
+    if (receiver === void 0) return void 0;
+    const next = receiver.nextReceiver;
+    if (next === void 0) byKey.delete(key);
+    else {
+      next.lastReceiver = receiver.lastReceiver;
+      byKey.set(key, next);
+    }
+    receiver.nextReceiver = receiver.lastReceiver = void 0;
+    return receiver;
+  }
+  /** When the oldest request of (op, key) was sent (its `sentSeq`), or `Infinity` if none. */
+  oldest(op, key) {
+    return this.#byOp.get(op)?.get(key)?.sentSeq ?? Infinity;
+  }
+  /** Whether a request with this (op, key) is outstanding. */
+  has(op, key) {
+    return this.#byOp.get(op)?.has(key) ?? false;
+  }
+  /** Empties every queue; returns the receivers that were in them. */
+  clear() {
+    const all = [];
+    for (const byKey of this.#byOp.values()) {
+      for (const first of byKey.values()) {
+        let receiver = first;
+        while (receiver !== void 0) {
+          const next = receiver.nextReceiver;
+          receiver.nextReceiver = receiver.lastReceiver = void 0;
+          all.push(receiver);
+          receiver = next;
+        }
+      }
+    }
+    this.#byOp.clear();
+    return all;
+  }
+};
+
+// client/managed_connection.ts
+var LOOK_SLACK_MS = 1;
 var ManagedConnection = class {
   /** Where it connects. */
   address;
@@ -1156,11 +1216,8 @@ var ManagedConnection = class {
   #ready = false;
   #refusal;
   #connecting;
-  /**
-   * What waits for replies, by op and then key: the first receiver of each (op, key) queue.
-   * Two levels, so that neither a request nor a reply builds an `op key` string to look up.
-   */
-  #pending = /* @__PURE__ */ new Map();
+  /** What waits for replies. */
+  #pending = new PendingReplies();
   #reconnectTimer;
   #lastError;
   /** Outstanding requests (pings included). */
@@ -1189,9 +1246,23 @@ var ManagedConnection = class {
   constructor(address, options) {
     this.address = address;
     this.#options = options;
-    options.closed.addEventListener("abort", () => this.#shutdown(), {
+    options.closed.addEventListener("abort", this.#onClientClosed, {
       once: true
     });
+  }
+  #onClientClosed = () => this.#shutdown();
+  /**
+   * Whether nothing uses this connection: it is down, not connecting and has no request
+   * outstanding (a connection to a node an `M` once named that is gone may then be retired).
+   */
+  get dormant() {
+    return !this.up && this.#connecting === void 0 && this.#outstanding === 0 && this.#drain === void 0;
+  }
+  /** Stops this connection for good: no reconnect, and the client's close no longer reaches it. */
+  retire() {
+    this.#closing = true;
+    this.#options.closed.removeEventListener("abort", this.#onClientClosed);
+    this.#shutdown();
   }
   /**
    * The first step of the client's close (client/close_drain.ts): with requests outstanding
@@ -1258,11 +1329,11 @@ var ManagedConnection = class {
    * or `Infinity` if there is none.
    */
   oldest(op, key) {
-    return this.#pending.get(op)?.get(key)?.sentSeq ?? Infinity;
+    return this.#pending.oldest(op, key);
   }
   /** Whether a request with this (op, key) is outstanding here. */
   outstanding(op, key) {
-    return this.#pending.get(op)?.has(key) ?? false;
+    return this.#pending.has(op, key);
   }
   /**
    * Connects now unless connected or connecting. Resolves `true` once usable, `false` if
@@ -1311,18 +1382,7 @@ var ManagedConnection = class {
       this.#timed = receiver;
       this.#timedAt = performance.now();
     }
-    let byKey = this.#pending.get(op);
-    if (byKey === void 0) this.#pending.set(op, byKey = /* @__PURE__ */ new Map());
-    receiver.sentSeq = sentSeq++;
-    receiver.nextReceiver = void 0;
-    const first = byKey.get(key);
-    if (first === void 0) {
-      receiver.lastReceiver = receiver;
-      byKey.set(key, receiver);
-    } else {
-      first.lastReceiver.nextReceiver = receiver;
-      first.lastReceiver = receiver;
-    }
+    this.#pending.add(op, key, receiver);
     transport.send(line);
   }
   async #open() {
@@ -1442,21 +1502,13 @@ var ManagedConnection = class {
       return;
     }
     const key = reply.op === "HELLO" ? "" : reply.key;
-    const byKey = this.#pending.get(reply.op);
-    const receiver = byKey?.get(key);
+    const receiver = this.#pending.take(reply.op, key);
     const late = this.#drain !== void 0 && reply.op === "A" && reply.status === "A";
     if (late) this.#drain.take(reply.key, reply.token);
     if (receiver === void 0) {
       if (reply.status === "E") this.#lastError = reply.text;
       return;
     }
-    const next = receiver.nextReceiver;
-    if (next === void 0) byKey.delete(key);
-    else {
-      next.lastReceiver = receiver.lastReceiver;
-      byKey.set(key, next);
-    }
-    receiver.nextReceiver = receiver.lastReceiver = void 0;
     if (--this.#outstanding === 0) this.#transport?.ref?.(false);
     if (receiver === this.#timed) {
       this.#timed = void 0;
@@ -1493,20 +1545,7 @@ var ManagedConnection = class {
     timers.cancel(this.#watchAlarm);
     this.#outstanding = 0;
     this.#timed = void 0;
-    const pending = [];
-    for (const byKey of this.#pending.values()) {
-      for (const first of byKey.values()) {
-        let receiver = first;
-        while (receiver !== void 0) {
-          const next = receiver.nextReceiver;
-          receiver.nextReceiver = receiver.lastReceiver = void 0;
-          pending.push(receiver);
-          receiver = next;
-        }
-      }
-    }
-    this.#pending.clear();
-    for (const p of pending) p.lost(new ConnectionLost(this.address.key, detail));
+    for (const p of this.#pending.clear()) p.lost(new ConnectionLost(this.address.key, detail));
   }
 };
 
@@ -1541,6 +1580,8 @@ function sleep(ms, signal) {
 }
 var Router = class {
   #connections = [];
+  /** The connections added for a node an `M` named (not among the client's addresses). */
+  #learned = /* @__PURE__ */ new Set();
   #next = 0;
   /** The node that served the last request (`M` targets included): preferred. */
   #active;
@@ -1894,8 +1935,27 @@ var Router = class {
     }
     const known = this.#connections.find((c) => c.address.key === address.key);
     if (known !== void 0) return known;
+    this.#retireDormant();
     const added = this.#add(address);
+    this.#learned.add(added);
     return added;
+  }
+  /**
+   * Drops the connections an `M` added that are down and unused: a cluster whose nodes come
+   * back at new addresses (a container's new IP on each restart) would otherwise leave one
+   * connection per old address, retried forever (docs/client.md, "Connections").
+   */
+  #retireDormant() {
+    if (this.#learned.size === 0) return;
+    const kept = [];
+    for (const c of this.#connections) {
+      if (this.#learned.has(c) && c.dormant) {
+        this.#learned.delete(c);
+        c.retire();
+        if (this.#active === c.address.key) this.#active = void 0;
+      } else kept.push(c);
+    }
+    this.#connections = kept;
   }
 };
 

@@ -1,0 +1,58 @@
+/**
+ * `LockClient` following `M` replies to nodes that come and go (docs/client.md, "Retries"):
+ * a connection added for a node an `M` named is retired once it is down and unused and an
+ * `M` names yet another node, so a cluster whose nodes come back at new addresses does not
+ * leave the client one connection per old address, retried for good. The configured
+ * addresses' connections stay.
+ */
+
+import assert from "node:assert/strict";
+import { LockClient } from "../mod.ts";
+import { FakeServer, lockServer, waitUntil } from "./_fake_server.ts";
+
+Deno.test("LockClient retires the connections to redirected-to nodes that are gone, never its own", async () => {
+  await using front = await FakeServer.start();
+  await using client = new LockClient(front.address, { reconnectIntervalMs: 50 });
+  await waitUntil(() => client.connected === 2, "both connections to the configured node");
+  let token = 1n;
+  for (let round = 0; round < 6; round++) {
+    // The active node comes back at a new address each round; the configured one names it.
+    const active = await FakeServer.start();
+    active.handler = lockServer({ firstToken: token });
+    front.handler = (r) => void r.reply("M", active.address);
+    const lock = await client.acquire("k", { wait: 5 });
+    assert.equal(lock.token, token, `round ${round}: granted by the node the M named`);
+    await lock.release();
+    token += 10n;
+    assert.ok(
+      client.connections <= 4,
+      `round ${round}: ${client.connections} connections (2 configured, 1 to the new node, at most 1 old one still reconnecting)`,
+    );
+    await active.close();
+    await waitUntil(
+      () => client.connected === 2,
+      `round ${round}: the old node's connection to drop`,
+    );
+  }
+  assert.ok(client.connections <= 3, `${client.connections} connections at the end`);
+  assert.equal(front.accepted, 2, "the configured node's two connections were never replaced");
+});
+
+Deno.test("LockClient keeps a redirected-to connection that is still up", async () => {
+  await using front = await FakeServer.start();
+  await using first = await FakeServer.start();
+  await using second = await FakeServer.start();
+  first.handler = lockServer({ firstToken: 1n });
+  second.handler = lockServer({ firstToken: 100n });
+  await using client = new LockClient(front.address, { reconnectIntervalMs: 50 });
+  await waitUntil(() => client.connected === 2, "both connections to the configured node");
+  front.handler = (r) => void r.reply("M", first.address);
+  await (await client.acquire("a")).release();
+  // The first node now redirects too: the client adds the second without dropping the first.
+  first.handler = (r) => void r.reply("M", second.address);
+  const lock = await client.acquire("b");
+  assert.equal(lock.token, 100n);
+  await lock.release();
+  assert.equal(client.connections, 4, "configured two, plus both nodes an M named");
+  assert.equal(first.accepted, 1, "the first node's connection was kept");
+});
