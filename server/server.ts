@@ -185,6 +185,7 @@ export class LockServer {
       later: (ms, fn) => sessions.later(ms, fn),
       inspect: { clock, owners: sessions.owners, status: () => this.status() },
       metrics,
+      settleDue: () => this.#ticker.fire(),
     };
     this.#report = new Report({
       address: options.cluster?.self ?? formatHostPort(listener.addr as Deno.NetAddr),

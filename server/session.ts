@@ -91,6 +91,8 @@ export interface SessionContext {
   inspect?: Inspection;
   /** Where requests, their latency and rejections are counted. */
   metrics?: Metrics;
+  /** Settles the leases and wait limits due now (unless the node froze its timers). */
+  settleDue?(): void;
 }
 
 /** One queued acquire: its place among the replies of its key. */
@@ -347,13 +349,17 @@ export class ClientSession implements LineHandler {
   }
 
   /**
-   * The connection's input ended (closed, or its sending side shut down): its queued acquires
-   * leave the table, never granted nor answered, and the replies already decided behind them
-   * (an `E`, a `T`) are sent now, each key's in request order (docs/protocol.md, "Semantics";
-   * the sink still writes them unless the connection is gone).
+   * The connection's input ended (closed, or its sending side shut down): what is due is
+   * settled first, then its queued acquires leave the table, never granted nor answered, and
+   * the replies already decided behind them (an `E`, a `T`) are sent now, each key's in
+   * request order (docs/protocol.md, "Semantics"; the sink still writes them unless the
+   * connection is gone).
    */
   closed(): void {
     if (this.#closed) return;
+    // Like any request, the close first settles what is due: a wait limit that ran out
+    // before it was read is answered `T` (a late timer never changes an outcome).
+    if (this.#waiting > 0) this.#ctx.settleDue?.();
     this.#closed = true;
     const session = this.#identity?.session;
     if (session !== undefined && this.#ctx.grace !== undefined) {

@@ -1,11 +1,16 @@
 /**
  * A client that shuts down its sending side (docs/protocol.md, "Semantics"; docs/client.md,
  * `close()`): lockd drops its acquires still queued, which are never granted, but every reply
- * decided before it read the close (an `E`, a `T`) is still written, in request order.
+ * decided before it read the close (an `E`, a `T`) is still written, in request order. The
+ * close settles what is due first, like any request: a wait limit that ran out before it
+ * was read is answered `T`, even if the node's timer has not fired yet.
  */
 
 import assert from "node:assert/strict";
-import { grantOf, type LineClient, waitFor, withServer } from "./_helpers.ts";
+import { LockServer } from "../server/server.ts";
+import { grantOf, LineClient, waitFor, withServer } from "./_helpers.ts";
+
+const SILENT = { debug() {}, info() {}, warn() {}, error() {} };
 
 /** The waiter count of held `key` in an `I` reply (`I <key> I <token> <left> <waiters> ...`). */
 async function waiters(client: LineClient, key: string): Promise<number> {
@@ -74,4 +79,28 @@ Deno.test("a half-closed connection with nothing decided is closed without a rep
     assert.equal(await waiters(holder, "hd"), 0);
     assert.equal(await holder.request(`R hd ${token}`), "R hd R");
   });
+});
+
+Deno.test("a half-close settles a wait limit that ran out before it was read: T, not dropped", async () => {
+  // A fake clock: moved on by the test, while the node's timer waits for real time.
+  let now = 1000;
+  const dataDir = await Deno.makeTempDir({ prefix: "lockd-half-close-" });
+  const server = await LockServer.start({ port: 0, dataDir, log: SILENT, clock: () => now });
+  const holder = await LineClient.connect(server.addr.port);
+  const c = await LineClient.connect(server.addr.port);
+  try {
+    const token = grantOf(await holder.request("A he 60 0"), "he");
+    await c.write("A he 30 5\nA he 30 0\n");
+    await waitFor(async () => await waiters(holder, "he") === 2, "both acquires to queue");
+    now += 5000; // The 5 s wait limit has run out; its timer is armed for 5 s of real time.
+    assert.deepEqual(await halfCloseAndRead(c), ["A he T"]);
+    assert.equal(await waiters(holder, "he"), 0, "the acquire without a limit was dropped");
+    assert.equal(await holder.request(`R he ${token}`), "R he R");
+    assert.equal(await holder.request("I he"), "I he F");
+  } finally {
+    await holder.close();
+    await c.close();
+    await server.shutdown();
+    await Deno.remove(dataDir, { recursive: true });
+  }
 });
