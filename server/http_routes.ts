@@ -77,6 +77,34 @@ function quoted(text: string): string {
 }
 
 /**
+ * Whether `search` (a URL's `?...`, or empty) is valid UTF-8 once its `%XX` escapes are
+ * decoded. `URLSearchParams` would turn invalid bytes into U+FFFD, a different prefix than
+ * the one asked for. A `%` not followed by two hex digits stays a `%`, as it does there.
+ */
+export function percentEncodedUtf8(search: string): boolean {
+  if (!search.includes("%")) return true;
+  const bytes: number[] = [];
+  const encoder = new TextEncoder();
+  for (let i = 0; i < search.length; i++) {
+    const escape = search.charCodeAt(i) === 37 ? search.slice(i + 1, i + 3) : "";
+    if (/^[0-9A-Fa-f]{2}$/.test(escape)) {
+      bytes.push(parseInt(escape, 16));
+      i += 2;
+    } else {
+      const code = search.codePointAt(i)!;
+      if (code > 0xffff) i++;
+      bytes.push(...encoder.encode(String.fromCodePoint(code)));
+    }
+  }
+  try {
+    new TextDecoder("utf-8", { fatal: true }).decode(new Uint8Array(bytes));
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
  * Reads `/locks?prefix=P&limit=N&after=K`: every parameter optional (limit 100), none
  * repeated, no other.
  *
@@ -226,6 +254,9 @@ export function httpRoutes(source: HttpSource, options: HttpRoutesOptions = {}):
       case "/status":
         return json(200, source.status());
       case "/locks": {
+        if (!percentEncodedUtf8(url.search)) {
+          return json(400, { error: "the query is not valid UTF-8 once %-decoded" });
+        }
         const query = parseLocksQuery(url.searchParams);
         if ("error" in query) return json(400, { error: query.error });
         return json(200, source.locks(query.prefix, query.limit, query.after));

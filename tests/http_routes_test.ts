@@ -14,6 +14,7 @@ import {
   type HttpRoutesOptions,
   type HttpSource,
   parseLocksQuery,
+  percentEncodedUtf8,
   presentedToken,
   PROMETHEUS_CONTENT_TYPE,
   STATUS_PAGE_CSP,
@@ -175,6 +176,10 @@ Deno.test("httpRoutes() answers a bad /locks query 400 with a JSON error", async
     ["limt=5", /^unknown parameter "limt": \/locks takes prefix, limit and after$/],
     ["limit=1&limit=2", /^parameter "limit" is given twice$/],
     ["prefix=a&prefix=b", /"prefix" is given twice/],
+    // Invalid UTF-8 would become U+FFFD: another prefix than the one asked for.
+    ["prefix=%FF", /^the query is not valid UTF-8 once %-decoded$/],
+    ["after=a%C3", /not valid UTF-8/],
+    ["prefix=%ED%A0%80", /not valid UTF-8/], // an encoded surrogate
   ];
   for (const [query, message] of cases) {
     const response = get(`/locks?${query}`)!;
@@ -183,6 +188,15 @@ Deno.test("httpRoutes() answers a bad /locks query 400 with a JSON error", async
     assert.match(body.error, message, query);
   }
   assert.deepEqual(source.calls, [], "a bad query reads nothing");
+});
+
+Deno.test("percentEncodedUtf8() checks the bytes the %XX escapes stand for", () => {
+  for (const ok of ["", "?prefix=a", "?prefix=%C3%A9", "?prefix=é", "?prefix=100%", "?p=%zz"]) {
+    assert.equal(percentEncodedUtf8(ok), true, ok);
+  }
+  for (const bad of ["?prefix=%FF", "?prefix=%C3", "?a=%C3%28", "?a=%F0%9F%98"]) {
+    assert.equal(percentEncodedUtf8(bad), false, bad);
+  }
 });
 
 Deno.test("parseLocksQuery() reads the parameters and cuts long values in its errors", () => {
