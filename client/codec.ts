@@ -105,9 +105,11 @@ export {
   clientNameError,
   type Credential,
   type Hello,
+  HELLO_NOT_FIRST,
   HELLO_VERSION,
   helloLine,
   helloOkReply,
+  isHello,
   MAX_CLIENT_NAME_BYTES,
   parseHello,
 } from "./codec/hello.ts";

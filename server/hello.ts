@@ -9,7 +9,14 @@
  * @module
  */
 
-import { AUTH_FAILED, errorReply, helloOkReply, NOT_UTF8, parseHello } from "../client/codec.ts";
+import {
+  AUTH_FAILED,
+  errorReply,
+  HELLO_NOT_FIRST,
+  helloOkReply,
+  NOT_UTF8,
+  parseHello,
+} from "../client/codec.ts";
 import { type Credentials, hostOf, type Throttle } from "./auth.ts";
 import type { Logger } from "./log.ts";
 
@@ -44,15 +51,10 @@ export type HelloOutcome =
   /** Refused, the connection closes: send `reply` after `delayMs`, then close. */
   | { kind: "close"; reply: string; delayMs: number };
 
-/** Whether `line` is a hello (its op is `HELLO`). */
-export function isHello(line: string): boolean {
-  return line.startsWith("HELLO") && (line.length === 5 || line.charCodeAt(5) === 32);
-}
-
 /** A hello after other lines, or a second one: refused, the connection stays. */
 const LATE: HelloOutcome = {
   kind: "error",
-  reply: errorReply("HELLO", "-", "hello must be the first line"),
+  reply: errorReply("HELLO", "-", HELLO_NOT_FIRST),
 };
 
 /** A hello that is not one: answered `reply`; with auth on, the connection then closes. */

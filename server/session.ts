@@ -12,6 +12,7 @@ import {
   extendReply,
   grantReply,
   invalidLineError,
+  isHello,
   isInspection,
   OUTSIDE_PREFIX,
   parseInspection,
@@ -33,7 +34,6 @@ import {
   type HelloContext,
   type HelloOutcome,
   type Identity,
-  isHello,
 } from "./hello.ts";
 import type { Owners, SessionGrace } from "./owners.ts";
 import { TokensExhaustedError } from "./tokens.ts";

@@ -15,12 +15,13 @@ import {
   HELLO_VERSION,
   helloLine,
   helloOkReply,
+  isHello,
   MAX_CLIENT_NAME_BYTES,
   parseHello,
   type RequestError,
 } from "../client/codec.ts";
 import { Credentials, Throttle } from "../server/auth.ts";
-import { answerHello, type HelloContext, type HelloOutcome, isHello } from "../server/hello.ts";
+import { answerHello, type HelloContext, type HelloOutcome } from "../server/hello.ts";
 import type { Logger } from "../server/log.ts";
 import { mulberry32 } from "./_prng.ts";
 import { capturingLogger } from "./_logger.ts";

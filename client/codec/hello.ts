@@ -59,6 +59,25 @@ export function clientNameError(name: string): string | undefined {
 }
 
 /**
+ * Whether `line` is a hello: its op is `HELLO` (well formed or not; {@linkcode parseHello}
+ * says which). A server answers a hello after other lines, or a second one,
+ * `HELLO - E hello must be the first line` ({@linkcode HELLO_NOT_FIRST}).
+ *
+ * @example
+ * ```ts
+ * import { isHello } from "@lockd/client/codec";
+ * isHello("HELLO 1 - billing-7@host:4242"); // true
+ * isHello("HELLOX 1"); // false
+ * ```
+ */
+export function isHello(line: string): boolean {
+  return line.startsWith("HELLO") && (line.length === 5 || line.charCodeAt(5) === 32);
+}
+
+/** `E` message of a hello after other lines, or of a second hello; the connection stays. */
+export const HELLO_NOT_FIRST = "hello must be the first line";
+
+/**
  * Parses a hello line. Never throws: a line that is not a valid hello yields a
  * {@linkcode RequestError} (echoing `HELLO` and the session field, or `-` when that field is
  * not a session) that never repeats the secret.
