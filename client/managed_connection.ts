@@ -83,6 +83,8 @@ export class ManagedConnection {
   /** The one request whose round trip is being measured, and when it was sent. */
   #timed: Receiver | undefined;
   #timedAt = 0;
+  /** The hello of the current transport, until it is answered. */
+  #hello: Receiver | undefined;
 
   /** @param address Where to connect. @param options Shared settings. */
   constructor(address: Address, options: ManagedConnectionOptions) {
@@ -302,12 +304,18 @@ export class ManagedConnection {
    * waited for: the server handles lines in order, so requests may follow at once (no round
    * trip is added to a connect, and a node that froze is noticed by the requests' probes as
    * without a hello). A refusal (a wrong credential) is kept in {@linkcode refusal} before
-   * the server closes the connection, so the requests it fails can say why.
+   * the server closes the connection, so the requests it fails can say why. A node answers
+   * the hello before any later line; one that answers a later line first never will, and is
+   * not waited for (the hello would keep the process alive).
    */
   #sayHello(transport: Transport): void {
     const hello = this.#options.hello;
     if (hello === undefined) return;
-    this.#request("HELLO", "", hello.line).then((reply) => {
+    const answered = new Promise<Reply>((resolve, reject) => {
+      this.#hello = new PromiseReceiver(resolve, reject);
+    });
+    this.#send(transport, "HELLO", "", hello.line, this.#hello!);
+    answered.then((reply) => {
       // Accepted, or answered `E unknown op` by a server that has no hellos.
       if (reply.status === "OK" || (reply.status === "E" && reply.text === "unknown op")) {
         this.#refusal = undefined;
@@ -383,6 +391,10 @@ export class ManagedConnection {
     // The hello's answer echoes its session, but a server without hellos echoes `1`.
     const key = reply.op === "HELLO" ? "" : reply.key;
     const receiver = this.#pending.take(reply.op, key);
+    if (this.#hello !== undefined) {
+      if (receiver === this.#hello) this.#hello = undefined;
+      else this.#forgetHello();
+    }
     // A grant while the client's close drains this connection: released on a fresh one.
     const late = this.#drain !== undefined && reply.op === "A" && reply.status === "A";
     if (late) this.#drain!.take(reply.key, reply.token!);
@@ -398,6 +410,16 @@ export class ManagedConnection {
     }
     if (late) receiver.lost(new ConnectionLost(this.address.key, "client closed"));
     else receiver.replied(reply);
+  }
+
+  /** Stops waiting for the hello's answer: a later line was answered first. */
+  #forgetHello(): void {
+    const hello = this.#pending.take("HELLO", "");
+    this.#hello = undefined;
+    if (hello === undefined) return;
+    if (this.#timed === hello) this.#timed = undefined;
+    if (--this.#outstanding === 0) this.#transport?.ref?.(false);
+    hello.lost(new ConnectionLost(this.address.key, "the hello was not answered"));
   }
 
   #lost(transport: Transport): void {
@@ -431,6 +453,7 @@ export class ManagedConnection {
 
   #failAll(detail: string | undefined): void {
     timers.cancel(this.#watchAlarm);
+    this.#hello = undefined;
     this.#outstanding = 0;
     this.#timed = undefined;
     for (const p of this.#pending.clear()) p.lost(new ConnectionLost(this.address.key, detail));

@@ -6,6 +6,7 @@
 
 import assert from "node:assert/strict";
 import { startServer } from "./_helpers.ts";
+import { FakeServer, lockServer } from "./_fake_server.ts";
 
 const MOD = new URL("../mod.ts", import.meta.url).href;
 
@@ -89,4 +90,20 @@ Deno.test("a queued acquire keeps the script alive until it is answered", async 
     await server.stop();
     await Deno.remove(server.dataDir, { recursive: true });
   }
+});
+
+Deno.test("a node that answers everything but the hello does not keep the script alive", async () => {
+  await using server = await FakeServer.start();
+  server.answerHellos = false; // The hello reaches the handler, which never answers it.
+  server.handler = lockServer();
+  const run = await runScript(`
+    const client = new LockClient(${JSON.stringify(server.address)});
+    const lock = await client.acquire("exit:h", { lease: 30 });
+    await lock.release();
+    console.log("done");
+  `);
+  assert.equal(run.code, 0, run.stderr);
+  assert.equal(run.stdout.trim(), "done");
+  assert.ok(run.ms < 10_000, `exited after ${run.ms} ms`);
+  assert.ok(server.count("HELLO ") >= 1, "the client said hello");
 });

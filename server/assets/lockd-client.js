@@ -1242,6 +1242,8 @@ var ManagedConnection = class {
   /** The one request whose round trip is being measured, and when it was sent. */
   #timed;
   #timedAt = 0;
+  /** The hello of the current transport, until it is answered. */
+  #hello;
   /** @param address Where to connect. @param options Shared settings. */
   constructor(address, options) {
     this.address = address;
@@ -1433,12 +1435,18 @@ var ManagedConnection = class {
    * waited for: the server handles lines in order, so requests may follow at once (no round
    * trip is added to a connect, and a node that froze is noticed by the requests' probes as
    * without a hello). A refusal (a wrong credential) is kept in {@linkcode refusal} before
-   * the server closes the connection, so the requests it fails can say why.
+   * the server closes the connection, so the requests it fails can say why. A node answers
+   * the hello before any later line; one that answers a later line first never will, and is
+   * not waited for (the hello would keep the process alive).
    */
   #sayHello(transport) {
     const hello = this.#options.hello;
     if (hello === void 0) return;
-    this.#request("HELLO", "", hello.line).then((reply) => {
+    const answered = new Promise((resolve, reject) => {
+      this.#hello = new PromiseReceiver(resolve, reject);
+    });
+    this.#send(transport, "HELLO", "", hello.line, this.#hello);
+    answered.then((reply) => {
       if (reply.status === "OK" || reply.status === "E" && reply.text === "unknown op") {
         this.#refusal = void 0;
         return;
@@ -1503,6 +1511,10 @@ var ManagedConnection = class {
     }
     const key = reply.op === "HELLO" ? "" : reply.key;
     const receiver = this.#pending.take(reply.op, key);
+    if (this.#hello !== void 0) {
+      if (receiver === this.#hello) this.#hello = void 0;
+      else this.#forgetHello();
+    }
     const late = this.#drain !== void 0 && reply.op === "A" && reply.status === "A";
     if (late) this.#drain.take(reply.key, reply.token);
     if (receiver === void 0) {
@@ -1516,6 +1528,15 @@ var ManagedConnection = class {
     }
     if (late) receiver.lost(new ConnectionLost(this.address.key, "client closed"));
     else receiver.replied(reply);
+  }
+  /** Stops waiting for the hello's answer: a later line was answered first. */
+  #forgetHello() {
+    const hello = this.#pending.take("HELLO", "");
+    this.#hello = void 0;
+    if (hello === void 0) return;
+    if (this.#timed === hello) this.#timed = void 0;
+    if (--this.#outstanding === 0) this.#transport?.ref?.(false);
+    hello.lost(new ConnectionLost(this.address.key, "the hello was not answered"));
   }
   #lost(transport) {
     if (this.#transport !== transport) return;
@@ -1543,6 +1564,7 @@ var ManagedConnection = class {
   }
   #failAll(detail) {
     timers.cancel(this.#watchAlarm);
+    this.#hello = void 0;
     this.#outstanding = 0;
     this.#timed = void 0;
     for (const p of this.#pending.clear()) p.lost(new ConnectionLost(this.address.key, detail));
