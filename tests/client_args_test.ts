@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { LockError, LockLostError, LockRejectedError, LockTimeoutError } from "../mod.ts";
 import { type Connect, connectTransport } from "../mod.ts";
-import { delay, FakeServer, lockServer, type Received, waitUntil } from "./_fake_server.ts";
+import { delay, FakeServer, lockServer, waitUntil } from "./_fake_server.ts";
 import { readyClient, rejection, within } from "./_fake_client.ts";
 
 // --- argument checks ---------------------------------------------------------------------

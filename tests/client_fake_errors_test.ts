@@ -17,7 +17,7 @@ import {
   LockTimeoutError,
   LockUnavailableError,
 } from "../mod.ts";
-import { delay, FakeServer, lockServer, type Received } from "./_fake_server.ts";
+import { delay, FakeServer, lockServer } from "./_fake_server.ts";
 import { readyClient, rejection, within } from "./_fake_client.ts";
 
 // --- replies mapped to errors ------------------------------------------------------------

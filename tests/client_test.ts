@@ -6,7 +6,7 @@
  */
 
 import assert from "node:assert/strict";
-import { LineClient, type ServerProcess, startServer } from "./_helpers.ts";
+import { LineClient, startServer } from "./_helpers.ts";
 import { setTimeout as delay } from "node:timers/promises";
 import {
   type Lock,
