@@ -111,5 +111,6 @@ export {
   helloOkReply,
   isHello,
   MAX_CLIENT_NAME_BYTES,
+  MAX_REFUSAL_DELAY_MS,
   parseHello,
 } from "./codec/hello.ts";

@@ -10,7 +10,7 @@
 
 import type { Address } from "./address.ts";
 import { CloseDrain } from "./close_drain.ts";
-import { parseReply, PROBE, type Reply } from "./codec.ts";
+import { MAX_REFUSAL_DELAY_MS, parseReply, PROBE, type Reply } from "./codec.ts";
 import {
   ConnectionLost,
   PendingReplies,
@@ -162,12 +162,15 @@ export class ManagedConnection {
    * Checks that the node still answers: sends a probe (`?`) and resolves `true` as soon as
    * anything arrives. If nothing arrives within `graceMs`, the connection is dropped as
    * frozen (its requests move to other connections) and it resolves `false`; also `false`
-   * if it is down or drops meanwhile.
+   * if it is down or drops meanwhile. While the hello is unanswered the grace is
+   * {@linkcode MAX_REFUSAL_DELAY_MS} longer.
    */
   probe(graceMs: number): Promise<boolean> {
     const transport = this.#transport;
     if (transport === undefined || !this.#ready) return Promise.resolve(false);
     const before = this.#received;
+    // An unanswered hello may be a refusal on its way, after a delay (see #watchTick).
+    if (this.#hello !== undefined) graceMs += MAX_REFUSAL_DELAY_MS;
     return new Promise<boolean>((resolve) => {
       const cancel = after(graceMs, () => {
         if (this.#received !== before) return resolve(true);
@@ -338,7 +341,7 @@ export class ManagedConnection {
   /**
    * Keeps an eye on a connection while requests are outstanding on it: looks every third of
    * `staleAfterMs`, probes it once it was silent for that long, drops it once it was silent
-   * for all of it.
+   * for all of it (and for {@linkcode MAX_REFUSAL_DELAY_MS} more while its hello is unanswered).
    */
   #watch(): void {
     if (this.#outstanding === 0) return;
@@ -360,9 +363,13 @@ export class ManagedConnection {
     }
     const probeMs = this.#options.staleAfterMs / 3;
     const silentMs = now - this.#lastHeard;
+    // A refused hello is answered late, and nothing after it meanwhile: its silence is not a
+    // frozen node's until that delay has passed too.
+    const staleMs = this.#options.staleAfterMs +
+      (this.#hello === undefined ? 0 : MAX_REFUSAL_DELAY_MS);
     // The last sign of life is known to a look, not to the moment: a look that comes a
     // fraction of a millisecond early (timers round to whole ms) still counts in full.
-    if (silentMs + LOOK_SLACK_MS >= this.#options.staleAfterMs) {
+    if (silentMs + LOOK_SLACK_MS >= staleMs) {
       this.#dropFrozen(transport, `no reply for ${Math.round(silentMs)} ms`);
       return;
     }

@@ -11,6 +11,7 @@ import assert from "node:assert/strict";
 import {
   type Lock,
   LockAbortedError,
+  LockClient,
   LockError,
   LockLostError,
   LockRejectedError,
@@ -318,4 +319,37 @@ Deno.test("LockClient rejects acquires made while close() is in progress", async
   await closing;
   assert.equal(server.count("A late "), 0, "an acquire was sent after close()");
   assert.ok(outcome instanceof LockError, `acquire during close() gave ${outcome}`);
+});
+
+Deno.test("LockClient waits out a refused hello's delay and reports the refusal, not a frozen node", async () => {
+  await using server = await FakeServer.start();
+  server.answerHellos = false;
+  // A throttled address: the refusal comes 3 s after the hello (more than staleConnectionMs),
+  // and nothing else is answered meanwhile (docs/protocol.md).
+  server.handler = (r) => {
+    if (r.op !== "HELLO") return;
+    server.later(3000, () => {
+      void r.conn.send("HELLO - E authentication failed");
+      void r.conn.close();
+    });
+  };
+  server.answerPings = false;
+  await using client = new LockClient(server.address, {
+    reconnectIntervalMs: 60_000,
+    staleConnectionMs: 1000,
+    retryTimeoutMs: 10_000,
+  });
+  const started = performance.now();
+  // One without a wait limit (the watch's silence bound), one whose 0.5 s wait runs out
+  // first (the probe at its deadline).
+  const errors = await Promise.all([
+    rejection(client.acquire("k")),
+    rejection(client.acquire("w", { wait: 0.5 })),
+  ]);
+  const elapsed = performance.now() - started;
+  for (const error of errors) {
+    assert.ok(error instanceof LockRejectedError, String(error));
+    assert.match((error as Error).message, /authentication failed/);
+  }
+  assert.ok(elapsed >= 2900 && elapsed < 6000, `rejected after ${Math.round(elapsed)} ms`);
 });

@@ -74,6 +74,14 @@ export function isHello(line: string): boolean {
   return line.startsWith("HELLO") && (line.length === 5 || line.charCodeAt(5) === 32);
 }
 
+/**
+ * Longest delay before a node answers a refused hello, in ms (docs/protocol.md, "Sessions and
+ * authentication": 100 ms doubling to 5 s per failure from one address). Nothing else on
+ * that connection is answered meanwhile, so a client waits this long beyond its usual bound
+ * before it takes the silence for a frozen node.
+ */
+export const MAX_REFUSAL_DELAY_MS = 5000;
+
 /** `E` message of a hello after other lines, or of a second hello; the connection stays. */
 export const HELLO_NOT_FIRST = "hello must be the first line";
 

@@ -394,6 +394,7 @@ function clientNameError(name) {
   }
   return keyError(name)?.replace(/^key/, "client name");
 }
+var MAX_REFUSAL_DELAY_MS = 5e3;
 function helloLine(hello) {
   const session = hello.session ?? "-";
   if (session !== "-" && !SESSION.test(session)) {
@@ -1311,12 +1312,14 @@ var ManagedConnection = class {
    * Checks that the node still answers: sends a probe (`?`) and resolves `true` as soon as
    * anything arrives. If nothing arrives within `graceMs`, the connection is dropped as
    * frozen (its requests move to other connections) and it resolves `false`; also `false`
-   * if it is down or drops meanwhile.
+   * if it is down or drops meanwhile. While the hello is unanswered the grace is
+   * {@linkcode MAX_REFUSAL_DELAY_MS} longer.
    */
   probe(graceMs) {
     const transport = this.#transport;
     if (transport === void 0 || !this.#ready) return Promise.resolve(false);
     const before2 = this.#received;
+    if (this.#hello !== void 0) graceMs += MAX_REFUSAL_DELAY_MS;
     return new Promise((resolve) => {
       const cancel = after(graceMs, () => {
         if (this.#received !== before2) return resolve(true);
@@ -1468,7 +1471,7 @@ var ManagedConnection = class {
   /**
    * Keeps an eye on a connection while requests are outstanding on it: looks every third of
    * `staleAfterMs`, probes it once it was silent for that long, drops it once it was silent
-   * for all of it.
+   * for all of it (and for {@linkcode MAX_REFUSAL_DELAY_MS} more while its hello is unanswered).
    */
   #watch() {
     if (this.#outstanding === 0) return;
@@ -1487,7 +1490,8 @@ var ManagedConnection = class {
     }
     const probeMs = this.#options.staleAfterMs / 3;
     const silentMs = now - this.#lastHeard;
-    if (silentMs + LOOK_SLACK_MS >= this.#options.staleAfterMs) {
+    const staleMs = this.#options.staleAfterMs + (this.#hello === void 0 ? 0 : MAX_REFUSAL_DELAY_MS);
+    if (silentMs + LOOK_SLACK_MS >= staleMs) {
       this.#dropFrozen(transport, `no reply for ${Math.round(silentMs)} ms`);
       return;
     }
