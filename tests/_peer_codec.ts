@@ -1,11 +1,29 @@
 /**
- * Shared helper of the peer codec tests (tests/peer_codec_test.ts, peer_codec_fuzz_test.ts):
- * decoded messages shown as JSON.
+ * Shared parts of the peer codec tests (tests/peer_codec_test.ts, peer_codec_fuzz_test.ts):
+ * every message type the codec knows, and decoded messages shown as JSON.
  *
  * @module
  */
 
-/** JSON with bigints shown as `123n`. */
-export function show(value: unknown): string {
-  return JSON.stringify(value, (_key, v) => typeof v === "bigint" ? `${v}n` : v);
-}
+export { show } from "./_codec.ts";
+
+/** Every peer message type (docs/cluster.md, "Peer protocol"), sorted: each test covers all. */
+export const PEER_TYPES: readonly string[] = [
+  "ABORT",
+  "ACK",
+  "COMMIT",
+  "F",
+  "H",
+  "HANDOFF",
+  "HANDOFFEND",
+  "HB",
+  "O",
+  "OGONE",
+  "PEER",
+  "SEQ",
+  "SNAP",
+  "SNAPEND",
+  "SYNC",
+  "TAKEN",
+  "W",
+];

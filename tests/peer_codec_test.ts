@@ -15,7 +15,7 @@ import {
   heldLine,
   type PeerMessage,
 } from "../server/cluster/peer_codec.ts";
-import { show } from "./_peer_codec.ts";
+import { PEER_TYPES, show } from "./_peer_codec.ts";
 
 const MAX = 18446744073709551615n;
 
@@ -142,25 +142,7 @@ Deno.test("encodePeer() and decodePeer() round-trip every message type", () => {
   }
   assert.deepEqual(
     [...types].sort(),
-    [
-      "ABORT",
-      "ACK",
-      "COMMIT",
-      "F",
-      "H",
-      "HANDOFF",
-      "HANDOFFEND",
-      "HB",
-      "O",
-      "OGONE",
-      "PEER",
-      "SEQ",
-      "SNAP",
-      "SNAPEND",
-      "SYNC",
-      "TAKEN",
-      "W",
-    ],
+    PEER_TYPES,
   );
 });
 
