@@ -3,7 +3,7 @@
  * of docs/client.md (two connections, round-robin, pipelining, moves, reconnection, release
  * retries, `M` redirects), forced through drops mid-request and redirects. Errors, abort,
  * auto-extension and close(): client_fake_errors_test.ts; argument checks:
- * client_args_test.ts.
+ * client_args_test.ts; corner cases: client_edges_test.ts.
  *
  * Op and resource sanitizers are on (deno.json): each test also checks that the client
  * leaves no timer, socket or pending op behind.

@@ -80,6 +80,9 @@ Deno.test("helloLine() throws a TypeError for an invalid hello, never quoting th
     { session: undefined, name: "n", credential: { name: "n", secret: `${SECRET} x` } },
     { session: undefined, name: "n", credential: { name: "n", secret: "" } },
     { session: undefined, name: "n", credential: { name: "n", secret: "x".repeat(257) } },
+    // A missing secret (an unset environment variable) is not the string "undefined".
+    { session: undefined, name: "n", credential: { name: "n", secret: undefined! } },
+    { session: undefined, name: "n", credential: { name: undefined!, secret: SECRET } },
   ];
   for (const hello of bad) {
     assert.throws(() => helloLine(hello), (error: unknown) => {

@@ -147,6 +147,12 @@ export function helloLine(hello: Hello): string {
   const head = `HELLO ${HELLO_VERSION} ${session} ${hello.name}`;
   const c = hello.credential;
   if (c === undefined) return head;
+  // RegExp.test() would turn a missing value into the string "undefined" and pass it.
+  if (typeof c.name !== "string" || typeof c.secret !== "string") {
+    throw new TypeError(
+      `credential name and secret must be strings, got ${typeof c.name} and ${typeof c.secret}`,
+    );
+  }
   if (!CREDENTIAL_NAME.test(c.name)) {
     throw new TypeError("credential name must be 1-64 letters, digits, '.', '_', '@' or '-'");
   }

@@ -405,6 +405,9 @@ function helloLine(hello) {
   const head = `HELLO ${HELLO_VERSION} ${session} ${hello.name}`;
   const c = hello.credential;
   if (c === void 0) return head;
+  if (typeof c.name !== "string" || typeof c.secret !== "string") {
+    throw new TypeError(`credential name and secret must be strings, got ${typeof c.name} and ${typeof c.secret}`);
+  }
   if (!CREDENTIAL_NAME.test(c.name)) {
     throw new TypeError("credential name must be 1-64 letters, digits, '.', '_', '@' or '-'");
   }
