@@ -112,6 +112,18 @@ function positiveSeconds(text: string, what: string): number {
   return ms;
 }
 
+/**
+ * An on/off environment variable: `1` or `true` is on; unset, empty, `0` or `false` off.
+ *
+ * @throws {UsageError} For any other value.
+ */
+function envSwitch(text: string | undefined, what: string): boolean {
+  const value = text?.toLowerCase() ?? "";
+  if (value === "1" || value === "true") return true;
+  if (value === "" || value === "0" || value === "false") return false;
+  throw new UsageError(`${what} must be 1, true, 0 or false, got "${text}"`);
+}
+
 function replicationMode(text: string, what: string): "async" | "sync" {
   if (text !== "async" && text !== "sync") {
     throw new UsageError(`${what} must be async or sync, got "${text}"`);
@@ -204,7 +216,8 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
     bridge: bridgeText === undefined ? undefined : parseHostPort(bridgeText, source.bridge),
     http: httpText === undefined ? undefined : parseHostPort(httpText, source.http),
     bridgeOrigins: get("bridge-origins")?.split(",").map((o) => o.trim()).filter((o) => o !== ""),
-    bridgeDemo: values["bridge-demo"] === true || env("LOCKD_BRIDGE_DEMO") === "1",
+    bridgeDemo: values["bridge-demo"] === true ||
+      envSwitch(env("LOCKD_BRIDGE_DEMO"), "LOCKD_BRIDGE_DEMO"),
     heartbeatMs: positiveSeconds(get("heartbeat")!, source.heartbeat),
     failoverTimeoutMs: positiveSeconds(get("failover-timeout")!, source["failover-timeout"]),
     replication: replicationMode(get("replication")!, source.replication),

@@ -355,3 +355,15 @@ Deno.test("HELP lists every flag and its environment variable", () => {
   assert.ok(HELP.includes("--help"));
   assert.ok(HELP.includes("--version"));
 });
+
+Deno.test("parseConfig() reads LOCKD_BRIDGE_DEMO as 1/true or 0/false, and refuses anything else", () => {
+  for (const [value, on] of [["1", true], ["true", true], ["TRUE", true], ["0", false]] as const) {
+    const config = parseConfig(["--bridge", "127.0.0.1:0"], envOf({ LOCKD_BRIDGE_DEMO: value }));
+    assert.equal(config.bridgeDemo, on, value);
+  }
+  assert.equal(parseConfig([], envOf({ LOCKD_BRIDGE_DEMO: "false" })).bridgeDemo, false);
+  assert.equal(
+    usageError([], { LOCKD_BRIDGE_DEMO: "yes" }),
+    'LOCKD_BRIDGE_DEMO must be 1, true, 0 or false, got "yes"',
+  );
+});
