@@ -12,6 +12,7 @@ import { formatHostPort, HELP, parseConfig, UsageError } from "./cli.ts";
 import { stderrLogger } from "./log.ts";
 import { loadSecurity, type Security } from "./security.ts";
 import { LockServer } from "./server.ts";
+import { SIGUSR1_WARNING } from "./sigusr1.ts";
 import { lockd } from "./cmd/lockd.ts";
 import type { BridgeServer } from "../client/bridge.ts";
 import { type HttpServer, serveBridgeOn, startHttp } from "./http.ts";
@@ -114,7 +115,15 @@ export async function main(args: string[]): Promise<number> {
   const names: Deno.Signal[] = Deno.build.os === "windows"
     ? ["SIGINT"]
     : ["SIGINT", "SIGTERM", "SIGHUP"];
-  const handlers = names.map((name) => [name, () => onSignal(name)] as const);
+  const handlers: (readonly [Deno.Signal, () => void])[] = names.map((name) =>
+    [name, () => onSignal(name)] as const
+  );
+  if (Deno.build.os !== "windows") {
+    handlers.push([
+      "SIGUSR1",
+      () => log.error(`${SIGUSR1_WARNING}: restart this node`, { event: "sigusr1" }),
+    ]);
+  }
   for (const [name, handler] of handlers) Deno.addSignalListener(name, handler);
   const { hostname, port } = server.addr;
   // --http (server/http.ts): health, readiness, metrics, status and the status page; a

@@ -9,6 +9,7 @@
  */
 
 import type { Lock, LockClient } from "../../mod.ts";
+import { SIGUSR1_WARNING } from "../sigusr1.ts";
 import { ChildGroup, FORWARDED_SIGNALS, onSignals } from "./child.ts";
 import { openClient } from "./connect.ts";
 import { Watchdog } from "./watchdog.ts";
@@ -74,6 +75,7 @@ export async function runUnderLock(
   const interrupted = new AbortController();
   let received: Deno.Signal | undefined;
   const stopListening = onSignals(FORWARDED_SIGNALS, (signal) => {
+    if (signal === "SIGUSR1") say(`${SIGUSR1_WARNING}: send SIGUSR1 to the command's own pid`);
     if (forward !== undefined) return forward(signal);
     received ??= signal;
     interrupted.abort(signal);
