@@ -25,6 +25,8 @@ export function connectWebSocket(
       : new WebSocket(address.url!, ["lockd", `bearer.${address.bearer}`]);
     let open = false;
     let closed = false;
+    /** What the runtime said went wrong (Deno: "... Invalid status code: 401"; browsers: nothing). */
+    let why: string | undefined;
     const transport: Transport = {
       send(line) {
         if (socket.readyState === WebSocket.OPEN) socket.send(line);
@@ -41,7 +43,7 @@ export function connectWebSocket(
       closed = true;
       signal.removeEventListener("abort", onAbort);
       if (open) handlers.closed();
-      else reject(new Error(`Cannot open WebSocket ${address.url}`));
+      else reject(new Error(`Cannot open WebSocket ${address.url}${why ? `: ${why}` : ""}`));
     };
     const onAbort = () => {
       socket.close();
@@ -58,7 +60,10 @@ export function connectWebSocket(
     socket.onmessage = (event) => {
       if (typeof event.data === "string") handlers.line(event.data);
     };
-    socket.onerror = () => {};
+    socket.onerror = (event) => {
+      const message = (event as ErrorEvent).message;
+      if (typeof message === "string" && message !== "") why = message;
+    };
     socket.onclose = finish;
   });
 }

@@ -137,6 +137,14 @@ export async function main(args: string[]): Promise<number> {
     return 1;
   }
   if (config.bridge !== undefined) {
+    if (security.tls !== undefined && config.tlsCaFile === undefined) {
+      log.warn(
+        "the bridge reaches this node over TLS and checks its certificate against the " +
+          "system's roots: if a private CA signed it, give --tls-ca, or the bridge answers " +
+          '"no active node"',
+        { event: "bridge" },
+      );
+    }
     // The bridge relays through a client of this node (of the whole cluster, so that it
     // follows the active node).
     const local = formatHostPort({

@@ -21,6 +21,7 @@ function connectWebSocket(address, handlers, signal) {
     ]);
     let open = false;
     let closed = false;
+    let why;
     const transport = {
       send(line) {
         if (socket.readyState === WebSocket.OPEN) socket.send(line);
@@ -37,7 +38,7 @@ function connectWebSocket(address, handlers, signal) {
       closed = true;
       signal.removeEventListener("abort", onAbort);
       if (open) handlers.closed();
-      else reject(new Error(`Cannot open WebSocket ${address.url}`));
+      else reject(new Error(`Cannot open WebSocket ${address.url}${why ? `: ${why}` : ""}`));
     };
     const onAbort = () => {
       socket.close();
@@ -56,7 +57,9 @@ function connectWebSocket(address, handlers, signal) {
     socket.onmessage = (event) => {
       if (typeof event.data === "string") handlers.line(event.data);
     };
-    socket.onerror = () => {
+    socket.onerror = (event) => {
+      const message = event.message;
+      if (typeof message === "string" && message !== "") why = message;
     };
     socket.onclose = finish;
   });
