@@ -42,8 +42,9 @@ export async function main(args: string[]): Promise<number> {
   const peers = config.peers.map((target) => ({ address: formatHostPort(target), target }));
   const self = formatHostPort(config.advertise ?? config.listen);
   if (peers.length > 0) {
-    const problem = new Set(peers.map((p) => p.address)).size !== peers.length
-      ? "--peers lists a node twice"
+    const twice = peers.find((p, i) => peers.findIndex((q) => q.address === p.address) !== i);
+    const problem = twice !== undefined
+      ? `--peers lists ${twice.address} twice`
       : !peers.some((p) => p.address === self)
       ? `--peers must contain this node's address ${self} (set --advertise to how peers reach it)`
       : undefined;

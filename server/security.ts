@@ -35,6 +35,23 @@ export interface Security {
   close(): void;
 }
 
+/**
+ * Reads a PEM file that must hold a `label` block (`CERTIFICATE`, `PRIVATE KEY`, which also
+ * matches `RSA PRIVATE KEY` and `EC PRIVATE KEY`): a certificate and a key swapped, or a DER
+ * file, is named with its flag instead of the TLS library's "No certificates found".
+ *
+ * @throws {Error} If it cannot be read or holds no such block.
+ */
+function pem(path: string, what: string, flag: string, label: string): string {
+  const text = read(path, what);
+  if (!new RegExp(`-----BEGIN [A-Z ]*${label}-----`).test(text)) {
+    throw new Error(
+      `${flag} "${path}" holds no PEM ${label} block (are the certificate and the key swapped?)`,
+    );
+  }
+  return text;
+}
+
 function read(path: string, what: string): string {
   try {
     return Deno.readTextFileSync(path);
@@ -106,8 +123,8 @@ export function loadSecurity(config: Config, log: Logger): Security {
   ];
   for (const [path, what] of secrets) if (path !== undefined) warnIfOpen(path, what, log);
   const tls = config.tls === undefined ? undefined : {
-    cert: read(config.tls.certFile, "TLS certificate"),
-    key: read(config.tls.keyFile, "TLS key"),
+    cert: pem(config.tls.certFile, "TLS certificate", "--tls-cert", "CERTIFICATE"),
+    key: pem(config.tls.keyFile, "TLS key", "--tls-key", "PRIVATE KEY"),
     caCerts: config.tlsCaFile === undefined ? undefined : [read(config.tlsCaFile, "TLS CA")],
   };
   let peerSecret: string | undefined;

@@ -12,7 +12,12 @@ import {
   LockRejectedError,
   LockUnavailableError,
 } from "../mod.ts";
-import { LineClient, type ServerProcess, withServer as withServerOf } from "./_helpers.ts";
+import {
+  LineClient,
+  runToExit,
+  type ServerProcess,
+  withServer as withServerOf,
+} from "./_helpers.ts";
 import { testPki, tlsArgs } from "./_tls.ts";
 import { connectTcp } from "../client/tcp.ts";
 import { connectNodeTcp } from "../client/node_tcp.ts";
@@ -350,4 +355,22 @@ Deno.test("a TLS node with a bridge but no --tls-ca warns that the bridge checks
     assert.doesNotMatch(server.stderr(), /give --tls-ca/, "with --tls-ca: no warning");
     return Promise.resolve();
   });
+});
+
+Deno.test("a certificate and key given the wrong way round are named with their flag", async () => {
+  const pki = await testPki();
+  const dir = await Deno.makeTempDir({ prefix: "lockd-tls-swap-" });
+  try {
+    const run = await runToExit([
+      ...["--data-dir", dir, "--listen", "127.0.0.1:0"],
+      ...["--tls-cert", pki.keyFile, "--tls-key", pki.certFile],
+    ]);
+    assert.equal(run.code, 1, run.stderr);
+    assert.match(
+      run.stderr,
+      new RegExp(`--tls-cert "${pki.keyFile}" holds no PEM CERTIFICATE block .*swapped`),
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });
