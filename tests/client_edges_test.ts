@@ -11,7 +11,7 @@
  */
 
 import assert from "node:assert/strict";
-import { LockError, LockLostError, LockRejectedError, LockTimeoutError } from "../mod.ts";
+import { LockError, LockLostError, LockTimeoutError } from "../mod.ts";
 import { type Connect, connectTransport } from "../mod.ts";
 import { FakeServer, lockServer, waitUntil } from "./_fake_server.ts";
 import { readyClient, rejection, within } from "./_fake_client.ts";
