@@ -130,6 +130,7 @@ export class LockClient implements AsyncDisposable {
           name: resolved.name ?? `client-${session.slice(0, 8)}`,
           credential: resolved.auth,
         }),
+        credential: resolved.auth !== undefined,
       },
     );
     this.#requests = {

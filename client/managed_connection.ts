@@ -23,6 +23,16 @@ import type { Connect, Transport } from "./transport.ts";
 /** How early a look of the watch may come and still count its full interval, in ms. */
 const LOOK_SLACK_MS = 1;
 
+/** The hello a client sends first on every connection (docs/protocol.md, "Sessions"). */
+export interface HelloLine {
+  /** The line. */
+  line: string;
+  /** Its session. */
+  session: string | undefined;
+  /** Whether it presents a credential (a wrong one is refused after a delay). */
+  credential?: boolean;
+}
+
 /** Options shared by every connection of a client. */
 export interface ManagedConnectionOptions {
   /** Opens transports. */
@@ -44,7 +54,7 @@ export interface ManagedConnectionOptions {
   /** The connection dropped (after its requests were failed). */
   lost(): void;
   /** The hello line sent first on every connection (docs/protocol.md, "Sessions"). */
-  hello?: { line: string; session: string | undefined };
+  hello?: HelloLine;
 }
 
 /** A connection to one address that comes back by itself. */
@@ -85,6 +95,8 @@ export class ManagedConnection {
   #timedAt = 0;
   /** The hello of the current transport, until it is answered. */
   #hello: Receiver | undefined;
+  /** Whether a node accepted this client's hello on this connection once. */
+  #helloAccepted = false;
 
   /** @param address Where to connect. @param options Shared settings. */
   constructor(address: Address, options: ManagedConnectionOptions) {
@@ -162,15 +174,14 @@ export class ManagedConnection {
    * Checks that the node still answers: sends a probe (`?`) and resolves `true` as soon as
    * anything arrives. If nothing arrives within `graceMs`, the connection is dropped as
    * frozen (its requests move to other connections) and it resolves `false`; also `false`
-   * if it is down or drops meanwhile. While the hello is unanswered the grace is
-   * {@linkcode MAX_REFUSAL_DELAY_MS} longer.
+   * if it is down or drops meanwhile. While a refusal may be on its way (see
+   * `#refusalMayBeLate`) the grace is {@linkcode MAX_REFUSAL_DELAY_MS} longer.
    */
   probe(graceMs: number): Promise<boolean> {
     const transport = this.#transport;
     if (transport === undefined || !this.#ready) return Promise.resolve(false);
     const before = this.#received;
-    // An unanswered hello may be a refusal on its way, after a delay (see #watchTick).
-    if (this.#hello !== undefined) graceMs += MAX_REFUSAL_DELAY_MS;
+    if (this.#refusalMayBeLate()) graceMs += MAX_REFUSAL_DELAY_MS;
     return new Promise<boolean>((resolve) => {
       const cancel = after(graceMs, () => {
         if (this.#received !== before) return resolve(true);
@@ -322,6 +333,7 @@ export class ManagedConnection {
       // Accepted, or answered `E unknown op` by a server that has no hellos.
       if (reply.status === "OK" || (reply.status === "E" && reply.text === "unknown op")) {
         this.#refusal = undefined;
+        this.#helloAccepted = true;
         return;
       }
       this.#refusal = reply.status === "E" ? reply.text ?? "hello refused" : "hello refused";
@@ -341,7 +353,8 @@ export class ManagedConnection {
   /**
    * Keeps an eye on a connection while requests are outstanding on it: looks every third of
    * `staleAfterMs`, probes it once it was silent for that long, drops it once it was silent
-   * for all of it (and for {@linkcode MAX_REFUSAL_DELAY_MS} more while its hello is unanswered).
+   * for all of it (and for {@linkcode MAX_REFUSAL_DELAY_MS} more while a refusal may be on its
+   * way).
    */
   #watch(): void {
     if (this.#outstanding === 0) return;
@@ -363,10 +376,8 @@ export class ManagedConnection {
     }
     const probeMs = this.#options.staleAfterMs / 3;
     const silentMs = now - this.#lastHeard;
-    // A refused hello is answered late, and nothing after it meanwhile: its silence is not a
-    // frozen node's until that delay has passed too.
     const staleMs = this.#options.staleAfterMs +
-      (this.#hello === undefined ? 0 : MAX_REFUSAL_DELAY_MS);
+      (this.#refusalMayBeLate() ? MAX_REFUSAL_DELAY_MS : 0);
     // The last sign of life is known to a look, not to the moment: a look that comes a
     // fraction of a millisecond early (timers round to whole ms) still counts in full.
     if (silentMs + LOOK_SLACK_MS >= staleMs) {
@@ -417,6 +428,18 @@ export class ManagedConnection {
     }
     if (late) receiver.lost(new ConnectionLost(this.address.key, "client closed"));
     else receiver.replied(reply);
+  }
+
+  /**
+   * Whether silence may be a refusal on its way: a wrong credential is answered after a delay
+   * of up to {@linkcode MAX_REFUSAL_DELAY_MS}, and nothing after it meanwhile. Only while a
+   * hello with a credential is unanswered and none was ever accepted here: a node that froze
+   * (its kernel still accepts connections) must not hold a long-known client's requests 5 s
+   * longer.
+   */
+  #refusalMayBeLate(): boolean {
+    return this.#hello !== undefined && this.#options.hello?.credential === true &&
+      !this.#helloAccepted;
   }
 
   /** Stops waiting for the hello's answer: a later line was answered first. */

@@ -45,9 +45,10 @@ export interface LockClientOptions {
   /**
    * A connection with requests outstanding that receives nothing (not even the answer to a
    * `?` probe sent after a third of this) for this long is dropped, and its requests move
-   * to the next connection: a frozen or unreachable node. While the connection's hello is
-   * unanswered, 5 s more: a refused hello is answered after up to 5 s (docs/protocol.md,
-   * "Sessions and authentication"). Default 2000 ms.
+   * to the next connection: a frozen or unreachable node. With `auth`, 5 s more while the
+   * connection's hello is unanswered and none was accepted on it yet: a refused credential is
+   * answered after up to 5 s (docs/protocol.md, "Sessions and authentication"). Default
+   * 2000 ms.
    */
   staleConnectionMs?: number;
   /** Default of `AcquireOptions.autoExtend` for every acquire. Default `false`. */

@@ -12,7 +12,7 @@ import { type Address, addressText, parseAddress } from "./address.ts";
 import { type Reply, replyAction } from "./codec.ts";
 import { LockError, LockRejectedError, LockUnavailableError } from "./errors.ts";
 import { Exchange, PromiseExchange } from "./exchange.ts";
-import { ManagedConnection } from "./managed_connection.ts";
+import { type HelloLine, ManagedConnection } from "./managed_connection.ts";
 import { ConnectionLost } from "./pending_replies.ts";
 import type { ResolvedOptions } from "./options.ts";
 import { after } from "./timer.ts";
@@ -71,7 +71,7 @@ export class Router {
   /** Set by {@linkcode quiesce}: resolves when the close aborts. */
   #quiet: Promise<void> | undefined;
   #lost: () => void;
-  #hello: { line: string; session: string | undefined } | undefined;
+  #hello: HelloLine | undefined;
   /** Whether this client speaks TLS: the nodes an `M` names are then reached with TLS. */
   #tls: boolean;
   /** Decaying maximum of measured round trips (ms): an upper bound of one-way latency. */
@@ -89,7 +89,7 @@ export class Router {
     options: ResolvedOptions,
     closed: AbortSignal,
     lost: () => void,
-    hello?: { line: string; session: string | undefined },
+    hello?: HelloLine,
   ) {
     this.#options = options;
     this.#closed = closed;

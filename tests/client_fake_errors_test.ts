@@ -335,6 +335,7 @@ Deno.test("LockClient waits out a refused hello's delay and reports the refusal,
   };
   server.answerPings = false;
   await using client = new LockClient(server.address, {
+    auth: { name: "billing", secret: "a-wrong-secret-of-20-chars" },
     reconnectIntervalMs: 60_000,
     staleConnectionMs: 1000,
     retryTimeoutMs: 10_000,
@@ -352,4 +353,22 @@ Deno.test("LockClient waits out a refused hello's delay and reports the refusal,
     assert.match((error as Error).message, /authentication failed/);
   }
   assert.ok(elapsed >= 2900 && elapsed < 6000, `rejected after ${Math.round(elapsed)} ms`);
+});
+
+Deno.test("LockClient without a credential takes a node that never answers its hello for frozen at the usual bound", async () => {
+  // A stopped process whose kernel still accepts connections: nothing is ever answered.
+  await using server = await FakeServer.start();
+  server.answerHellos = false;
+  server.answerPings = false;
+  server.handler = () => {};
+  await using client = new LockClient(server.address, {
+    reconnectIntervalMs: 60_000,
+    retryTimeoutMs: 1000,
+  });
+  const started = performance.now();
+  const error = await rejection(client.acquire("k", { wait: 0.3 }));
+  const elapsed = performance.now() - started;
+  assert.ok(error instanceof LockError, String(error));
+  // The wait, then a probe's grace on each of the two connections; not 5 s more for a refusal.
+  assert.ok(elapsed < 3000, `settled after ${Math.round(elapsed)} ms`);
 });

@@ -1251,6 +1251,8 @@ var ManagedConnection = class {
   #timedAt = 0;
   /** The hello of the current transport, until it is answered. */
   #hello;
+  /** Whether a node accepted this client's hello on this connection once. */
+  #helloAccepted = false;
   /** @param address Where to connect. @param options Shared settings. */
   constructor(address, options) {
     this.address = address;
@@ -1318,14 +1320,14 @@ var ManagedConnection = class {
    * Checks that the node still answers: sends a probe (`?`) and resolves `true` as soon as
    * anything arrives. If nothing arrives within `graceMs`, the connection is dropped as
    * frozen (its requests move to other connections) and it resolves `false`; also `false`
-   * if it is down or drops meanwhile. While the hello is unanswered the grace is
-   * {@linkcode MAX_REFUSAL_DELAY_MS} longer.
+   * if it is down or drops meanwhile. While a refusal may be on its way (see
+   * `#refusalMayBeLate`) the grace is {@linkcode MAX_REFUSAL_DELAY_MS} longer.
    */
   probe(graceMs) {
     const transport = this.#transport;
     if (transport === void 0 || !this.#ready) return Promise.resolve(false);
     const before2 = this.#received;
-    if (this.#hello !== void 0) graceMs += MAX_REFUSAL_DELAY_MS;
+    if (this.#refusalMayBeLate()) graceMs += MAX_REFUSAL_DELAY_MS;
     return new Promise((resolve) => {
       const cancel = after(graceMs, () => {
         if (this.#received !== before2) return resolve(true);
@@ -1458,6 +1460,7 @@ var ManagedConnection = class {
     answered.then((reply) => {
       if (reply.status === "OK" || reply.status === "E" && reply.text === "unknown op") {
         this.#refusal = void 0;
+        this.#helloAccepted = true;
         return;
       }
       this.#refusal = reply.status === "E" ? reply.text ?? "hello refused" : "hello refused";
@@ -1477,7 +1480,8 @@ var ManagedConnection = class {
   /**
    * Keeps an eye on a connection while requests are outstanding on it: looks every third of
    * `staleAfterMs`, probes it once it was silent for that long, drops it once it was silent
-   * for all of it (and for {@linkcode MAX_REFUSAL_DELAY_MS} more while its hello is unanswered).
+   * for all of it (and for {@linkcode MAX_REFUSAL_DELAY_MS} more while a refusal may be on its
+   * way).
    */
   #watch() {
     if (this.#outstanding === 0) return;
@@ -1496,7 +1500,7 @@ var ManagedConnection = class {
     }
     const probeMs = this.#options.staleAfterMs / 3;
     const silentMs = now - this.#lastHeard;
-    const staleMs = this.#options.staleAfterMs + (this.#hello === void 0 ? 0 : MAX_REFUSAL_DELAY_MS);
+    const staleMs = this.#options.staleAfterMs + (this.#refusalMayBeLate() ? MAX_REFUSAL_DELAY_MS : 0);
     if (silentMs + LOOK_SLACK_MS >= staleMs) {
       this.#dropFrozen(transport, `no reply for ${Math.round(silentMs)} ms`);
       return;
@@ -1538,6 +1542,16 @@ var ManagedConnection = class {
     }
     if (late) receiver.lost(new ConnectionLost(this.address.key, "client closed"));
     else receiver.replied(reply);
+  }
+  /**
+   * Whether silence may be a refusal on its way: a wrong credential is answered after a delay
+   * of up to {@linkcode MAX_REFUSAL_DELAY_MS}, and nothing after it meanwhile. Only while a
+   * hello with a credential is unanswered and none was ever accepted here: a node that froze
+   * (its kernel still accepts connections) must not hold a long-known client's requests 5 s
+   * longer.
+   */
+  #refusalMayBeLate() {
+    return this.#hello !== void 0 && this.#options.hello?.credential === true && !this.#helloAccepted;
   }
   /** Stops waiting for the hello's answer: a later line was answered first. */
   #forgetHello() {
@@ -2385,7 +2399,8 @@ var LockClient = class {
         session,
         name: resolved.name ?? `client-${session.slice(0, 8)}`,
         credential: resolved.auth
-      })
+      }),
+      credential: resolved.auth !== void 0
     });
     this.#requests = {
       router: this.#router,
