@@ -82,22 +82,9 @@ function quoted(text: string): string {
  * the one asked for. A `%` not followed by two hex digits stays a `%`, as it does there.
  */
 export function percentEncodedUtf8(search: string): boolean {
-  if (!search.includes("%")) return true;
-  const bytes: number[] = [];
-  const encoder = new TextEncoder();
-  for (let i = 0; i < search.length; i++) {
-    const escape = search.charCodeAt(i) === 37 ? search.slice(i + 1, i + 3) : "";
-    if (/^[0-9A-Fa-f]{2}$/.test(escape)) {
-      bytes.push(parseInt(escape, 16));
-      i += 2;
-    } else {
-      const code = search.codePointAt(i)!;
-      if (code > 0xffff) i++;
-      bytes.push(...encoder.encode(String.fromCodePoint(code)));
-    }
-  }
   try {
-    new TextDecoder("utf-8", { fatal: true }).decode(new Uint8Array(bytes));
+    // decodeURIComponent refuses invalid UTF-8, but also a lone `%`: escape those first.
+    decodeURIComponent(search.replace(/%(?![0-9A-Fa-f]{2})/g, "%25"));
     return true;
   } catch {
     return false;
