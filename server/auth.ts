@@ -12,7 +12,7 @@
  */
 
 import { createHash, timingSafeEqual } from "node:crypto";
-import { keyError } from "../client/codec.ts";
+import { keyError, MAX_REFUSAL_DELAY_MS } from "../client/codec.ts";
 
 /** What a valid credential lets its connections do. */
 export interface Grant {
@@ -149,7 +149,10 @@ export const LOCKOUT_AFTER = 3;
 export interface ThrottleOptions {
   /** Delay after the first failure, ms (doubling with each one after). Default 100. */
   baseMs?: number;
-  /** Longest delay, ms. Default 5000. */
+  /**
+   * Longest delay, ms. Default {@linkcode MAX_REFUSAL_DELAY_MS} (5000), the bound clients
+   * wait for a refusal: a longer one would be taken for a frozen node.
+   */
   maxMs?: number;
   /** A clean record after this long without failures, ms. Default 60,000. */
   forgetMs?: number;
@@ -174,7 +177,7 @@ export class Throttle {
   /** @param options Delays and limits. */
   constructor(options: ThrottleOptions = {}) {
     this.#baseMs = options.baseMs ?? 100;
-    this.#maxMs = options.maxMs ?? 5000;
+    this.#maxMs = options.maxMs ?? MAX_REFUSAL_DELAY_MS;
     this.#forgetMs = options.forgetMs ?? 60_000;
     this.#max = options.maxAddresses ?? 10_000;
   }
