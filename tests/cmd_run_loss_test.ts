@@ -156,7 +156,7 @@ Deno.test("kill -9 of lockd run: the watchdog stops the command and leaves, and 
       const run = spawnLockd([...args, job]);
       const pid = Number((await run.waitFor(/child (\d+)/))[1]);
       try {
-        const [watchdog] = watchdogsOf(run.child.pid);
+        const watchdog = await watchdogOf(run.child.pid, pid);
         assert.ok(watchdog !== undefined, "lockd run has a watchdog");
         // The watchdog's input (a pipe) is lockd run's alone: CMD holding it would keep the
         // watchdog from ever seeing lockd run die.
@@ -192,7 +192,7 @@ Deno.test("kill -9 of lockd run: a group that ignores SIGTERM gets SIGKILL after
       const pid = Number((await run.waitFor(/child (\d+)/))[1]);
       const grandchild = Number((await run.waitFor(/grandchild (\d+)/))[1]);
       try {
-        const [watchdog] = watchdogsOf(run.child.pid);
+        const watchdog = await watchdogOf(run.child.pid, pid);
         assert.ok(watchdog !== undefined, "lockd run has a watchdog");
         const killedAt = performance.now();
         run.signal("SIGKILL");
@@ -221,7 +221,7 @@ Deno.test("lockd run dismisses its watchdog when it ends normally: what the comm
       const run = spawnLockd(["run", "calm", "--servers", server.address, "--", job]);
       const [, pid, left] = (await run.waitFor(/child (\d+) left (\d+)/)).map(Number);
       try {
-        const [watchdog] = watchdogsOf(run.child.pid);
+        const watchdog = await watchdogOf(run.child.pid, pid);
         assert.ok(watchdog !== undefined, "lockd run has a watchdog");
         await run.write("go\n");
         const out = await run.finish();
@@ -236,21 +236,33 @@ Deno.test("lockd run dismisses its watchdog when it ends normally: what the comm
   });
 });
 
-/** The pids of the watchdogs `lockd run` process `parent` started (from /proc). */
-function watchdogsOf(parent: number): number[] {
-  const found: number[] = [];
+/**
+ * The pid of the watchdog that `lockd run` process `parent` started over group `group`,
+ * once it is there (from /proc); `undefined` if none shows within 5 s.
+ */
+async function watchdogOf(parent: number, group: number): Promise<number | undefined> {
+  let found: number | undefined;
+  await waitFor(() => (found = findWatchdog(parent, group)) !== undefined, "a watchdog")
+    .catch(() => {});
+  return found;
+}
+
+function findWatchdog(parent: number, group: number): number | undefined {
   for (const entry of Deno.readDirSync("/proc")) {
     if (!/^\d+$/.test(entry.name)) continue;
     try {
       const args = Deno.readTextFileSync(`/proc/${entry.name}/cmdline`).split("\0");
       const stat = Deno.readTextFileSync(`/proc/${entry.name}/stat`);
       const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      if (args.includes(WATCHDOG_NAME) && ppid === parent) found.push(Number(entry.name));
+      // sh -c SCRIPT lockd-run-watchdog TENTHS GROUP
+      const name = args.indexOf(WATCHDOG_NAME);
+      const armed = name > 0 && args[name + 2] === String(group);
+      if (armed && ppid === parent) return Number(entry.name);
     } catch {
       // Exited meanwhile.
     }
   }
-  return found;
+  return undefined;
 }
 
 /** What the open file descriptors of process `pid` point to (`pipe:[N]`, paths). */

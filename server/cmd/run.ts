@@ -92,9 +92,6 @@ export async function runUnderLock(
       say(`${messageOf(lock.signal.reason)}; the command was not started`);
       return EXIT.software;
     }
-    // Should lockd run itself die (kill -9), the watchdog stops the group. It starts first,
-    // so that the command is watched from its first moment.
-    const watchdog = Watchdog.start(run.killGrace, say);
     let child: ChildGroup;
     try {
       child = ChildGroup.spawn(run.command[0], run.command.slice(1), {
@@ -102,11 +99,12 @@ export async function runUnderLock(
         LOCKD_TOKEN: String(lock.token),
       });
     } catch (error) {
-      await watchdog?.dismiss();
       await lock.release().catch(() => {});
       throw error;
     }
-    watchdog?.watch(child.pid);
+    // Should lockd run itself die (kill -9), the watchdog stops the group. Started in the
+    // same turn as the command, with its group as an argument: armed once this returns.
+    const watchdog = Watchdog.start(child.pid, { graceSeconds: run.killGrace, warn: say });
     forward = (signal) => void child.signal(signal);
     try {
       const outcome = await Promise.race([
