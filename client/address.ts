@@ -51,6 +51,9 @@ export interface Address {
  * ```
  */
 export function parseAddress(text: string): Address {
+  if (typeof text !== "string") {
+    throw new TypeError(`Invalid lockd address: expected a string, got ${kindOf(text)}`);
+  }
   const trimmed = text.trim();
   if (/^wss?:\/\//i.test(trimmed)) {
     let url: URL;
@@ -80,4 +83,32 @@ export function parseAddress(text: string): Address {
 /** How an address reads in messages: its key, with `tls://` in front for TLS. */
 export function addressText(address: Address): string {
   return address.scheme === "tls" ? `tls://${address.key}` : address.key;
+}
+
+/**
+ * The addresses a `LockClient` was given, as a list: one string or an array of strings.
+ *
+ * @throws {TypeError} If there is none, or `servers` is neither (an options object passed
+ * first, say).
+ */
+export function serverList(servers: unknown): string[] {
+  if (typeof servers === "string") return [servers];
+  const iterable = typeof servers === "object" && servers !== null && Symbol.iterator in servers;
+  if (!iterable) {
+    throw new TypeError(
+      `LockClient takes its server addresses first: a string or an array of strings, got ${
+        kindOf(servers)
+      }`,
+    );
+  }
+  const list = [...(servers as Iterable<unknown>)] as string[];
+  if (list.length === 0) throw new TypeError("LockClient needs at least one server address");
+  return list;
+}
+
+/** What a value that should have been a string is, for an error message (never its content). */
+function kindOf(value: unknown): string {
+  if (value === null || value === undefined) return String(value);
+  if (Array.isArray(value)) return "an array";
+  return typeof value === "object" ? "an object" : `a ${typeof value}`;
 }

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { type Address, parseAddress } from "./address.ts";
+import { type Address, parseAddress, serverList } from "./address.ts";
 import { helloLine, type KeyState, type Reply } from "./codec.ts";
 import { LockError, LockTimeoutError, LockUnavailableError } from "./errors.ts";
 import { type Lock, LockHandle, type LockOwner } from "./lock.ts";
@@ -90,11 +90,10 @@ export class LockClient implements AsyncDisposable {
    * @param servers One address or several (a cluster, any order): `host:port`,
    * `tcp://host:port`, `ws://...` or `wss://...` (a bridge). One address gets two connections.
    * @param options Timings in milliseconds and defaults.
-   * @throws {TypeError} If no address is given or one cannot be parsed.
+   * @throws {TypeError} If no address is given, one is not a string, or one cannot be parsed.
    */
   constructor(servers: string | readonly string[], options: LockClientOptions = {}) {
-    const list = typeof servers === "string" ? [servers] : [...servers];
-    if (list.length === 0) throw new TypeError("LockClient needs at least one server address");
+    const list = serverList(servers);
     const addresses = new Map<string, Address>();
     // WebSocket connections carry this client's id, so a bridge treats them as one client:
     // a grant taken on one can be released on the other. TCP connections carry it as the

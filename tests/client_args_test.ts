@@ -74,3 +74,30 @@ Deno.test("LockClient refuses a credential whose secret is missing, instead of s
     (error: unknown) => error instanceof TypeError && /secret must be strings?/.test(error.message),
   );
 });
+
+Deno.test("LockClient refuses addresses that are not strings with a TypeError that says so", () => {
+  const bad: [unknown, RegExp][] = [
+    [
+      { servers: ["127.0.0.1:7321"] },
+      /addresses first: a string or an array of strings, got an object/,
+    ],
+    [undefined, /got undefined/],
+    [7321, /got a number/],
+    [[], /at least one server address/],
+    [[7321], /expected a string, got a number/],
+    [["127.0.0.1:7321", null], /expected a string, got null/],
+  ];
+  for (const [servers, message] of bad) {
+    // @ts-expect-error: what a JavaScript caller can pass
+    assert.throws(() => new LockClient(servers), (error: Error) => {
+      assert.ok(error instanceof TypeError, String(error));
+      assert.match(error.message, message);
+      return true;
+    });
+  }
+  // Any iterable of strings is a list of addresses, as before: its addresses are parsed.
+  const set = (...addresses: string[]) => new Set(addresses) as unknown as string[];
+  assert.throws(() => new LockClient(set("no such:address")), /Invalid lockd address/);
+  const client = new LockClient(set("127.0.0.1:1"), { connectTimeoutMs: 50 });
+  return client.close();
+});

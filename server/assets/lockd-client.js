@@ -72,6 +72,9 @@ var init_ws = __esm({
 // client/address.ts
 var DEFAULT_PORT = 7321;
 function parseAddress(text) {
+  if (typeof text !== "string") {
+    throw new TypeError(`Invalid lockd address: expected a string, got ${kindOf(text)}`);
+  }
   const trimmed = text.trim();
   if (/^wss?:\/\//i.test(trimmed)) {
     let url;
@@ -108,6 +111,25 @@ function parseAddress(text) {
 }
 function addressText(address) {
   return address.scheme === "tls" ? `tls://${address.key}` : address.key;
+}
+function serverList(servers) {
+  if (typeof servers === "string") return [
+    servers
+  ];
+  const iterable = typeof servers === "object" && servers !== null && Symbol.iterator in servers;
+  if (!iterable) {
+    throw new TypeError(`LockClient takes its server addresses first: a string or an array of strings, got ${kindOf(servers)}`);
+  }
+  const list = [
+    ...servers
+  ];
+  if (list.length === 0) throw new TypeError("LockClient needs at least one server address");
+  return list;
+}
+function kindOf(value) {
+  if (value === null || value === void 0) return String(value);
+  if (Array.isArray(value)) return "an array";
+  return typeof value === "object" ? "an object" : `a ${typeof value}`;
 }
 
 // client/codec/fields.ts
@@ -2360,15 +2382,10 @@ var LockClient = class {
    * @param servers One address or several (a cluster, any order): `host:port`,
    * `tcp://host:port`, `ws://...` or `wss://...` (a bridge). One address gets two connections.
    * @param options Timings in milliseconds and defaults.
-   * @throws {TypeError} If no address is given or one cannot be parsed.
+   * @throws {TypeError} If no address is given, one is not a string, or one cannot be parsed.
    */
   constructor(servers, options = {}) {
-    const list = typeof servers === "string" ? [
-      servers
-    ] : [
-      ...servers
-    ];
-    if (list.length === 0) throw new TypeError("LockClient needs at least one server address");
+    const list = serverList(servers);
     const addresses = /* @__PURE__ */ new Map();
     const id = crypto.randomUUID();
     const session = id.replaceAll("-", "");
