@@ -1,8 +1,10 @@
 /**
- * A paused active resumed after a standby promoted (docs/cluster.md, "Two actives at
- * once"), on the deterministic simulator: it must hand out no grant of its old activation,
- * neither from a request that waited in its socket during the pause nor from a lease that
- * ran out meanwhile, whatever order the peers' first words arrive in.
+ * A paused active resumed after a standby promoted, and the merges of two actives
+ * (docs/cluster.md, "Two actives at once"), on the deterministic simulator: the resumed node
+ * must hand out no grant of its old activation, neither from a request that waited in its
+ * socket during the pause nor from a lease that ran out meanwhile, whatever order the peers'
+ * first words arrive in; and it must serve again once nothing newer is left to merge (or
+ * step down when the newer state's active is gone), however its pauses fall.
  *
  * @module
  */
@@ -10,7 +12,7 @@
 import assert from "node:assert/strict";
 import { SimCluster } from "./_sim_cluster.ts";
 
-const [A, B, C] = ["a:7001", "b:7002", "c:7003"];
+const [A, B, C, D] = ["a:7001", "b:7002", "c:7003", "d:7004"];
 
 /** A cluster of `size` settled after its cold start: `A` active, every standby in sync. */
 async function settled(size: number): Promise<SimCluster> {
@@ -97,4 +99,88 @@ Deno.test("ClusterNode merge does not pass a lease that ran out during the pause
   assert.equal(frozen.holder("lease:k"), newer);
   assert.deepEqual(grants(waiter.replies), [], `granted over a newer holder: ${waiter.replies}`);
   assert.equal(await sim.request(A, `X lease:k ${newer} 30`), "X lease:k X");
+});
+
+Deno.test("ClusterNode active that pauses again right after a merge serves again (no deadlock with a standby of the merged activation)", async (t) => {
+  // Found by the chaos run: after the merge, a standby still holding the merged
+  // activation's replica (a higher floor than the active's own) made a second freeze park
+  // the active for good, while that standby waited for a snapshot a frozen active never
+  // sends. The merge now raises the active's floor to the merged activation's.
+  for (const second of [600, 900]) {
+    await t.step(`a second pause of ${second} ms`, async () => {
+      const sim = await settled(3);
+      const held = await sim.grant(A, "again:k");
+      sim.pause(A);
+      assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000), sim.describe());
+      const newer = await sim.grant(B, "again:other");
+      sim.resume(A);
+      const merged = () => sim.node(A).role === "active" && sim.node(B).role === "standby";
+      assert.ok(await sim.runUntil(merged, 5000), sim.describe());
+      assert.ok(sim.node(A).node.replica.floor >= newer, "the merge raised the floor");
+      sim.pause(A); // past the freeze limit (half a failover timeout), short of a failover
+      await sim.advance(second);
+      sim.resume(A);
+      assert.ok(
+        await sim.runUntil(() => sim.node(A).node.frozenSince() === undefined, 2000),
+        sim.describe(),
+      );
+      assert.equal(await sim.request(A, `R again:k ${held}`), "R again:k R");
+      assert.equal(await sim.request(A, `R again:other ${newer}`), "R again:other R");
+      await sim.waitForSync(3000);
+      for (const standby of [B, C]) {
+        assert.equal(sim.node(standby).node.replica.floor, sim.node(A).node.replica.floor);
+      }
+    });
+  }
+});
+
+Deno.test("ClusterNode paused active whose successor died meanwhile steps down for the fresher replica", async () => {
+  // A pauses, B promotes and grants, C replicates it, B dies before A wakes: nobody can
+  // hand A the later state, so A steps down and C (the freshest replica) takes over; A
+  // then follows it and takes the role back once in sync.
+  const sim = await settled(3);
+  sim.pause(A);
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000), sim.describe());
+  await sim.advance(300); // C follows B and syncs
+  const newer = await sim.grant(B, "gone:k");
+  await sim.replicated(C, "gone:k", newer);
+  sim.kill(B);
+  await sim.advance(200);
+  sim.resume(A);
+  assert.ok(
+    await sim.runUntil(() => sim.node(A).roles.some((r) => r.role === "standby"), 3000),
+    sim.describe(),
+  );
+  assert.ok(sim.node(A).warnings.some((w) => w.includes("stepped down")));
+  assert.equal((await sim.waitForOneActive(3000)).address, C, sim.describe());
+  assert.equal(sim.node(C).holder("gone:k"), newer, "the later activation's grant stands");
+  // The failback brings A back with C's state, and new tokens above every earlier one.
+  assert.ok(
+    await sim.runUntil(() => sim.oneActive()?.address === A, 10_000),
+    sim.describe(),
+  );
+  assert.equal(sim.node(A).holder("gone:k"), newer);
+  assert.ok((await sim.grant(A, "gone:next")) > newer);
+});
+
+Deno.test("ClusterNode standby in sync with an active takes its floor when that active merges a split brain", async () => {
+  // A and D on one side, B and C on the other: B promotes there. When the partition heals
+  // B hands its state to A, whose floor rises to B's activation; D, in sync with A all
+  // along, holds that merged state too and must rank as high (the freshest replica wins an
+  // election), not below C's replica of B's activation.
+  const sim = new SimCluster({ size: 4 });
+  assert.equal((await sim.waitForOneActive()).address, A);
+  await sim.waitForSync();
+  sim.partition([A, D], [B, C]);
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000), sim.describe());
+  const newer = await sim.grant(B, "split:k");
+  sim.heal();
+  assert.equal((await sim.waitForOneActive(5000)).address, A, sim.describe());
+  assert.equal(sim.node(A).holder("split:k"), newer);
+  const floor = sim.node(A).node.replica.floor;
+  assert.ok(floor >= newer, `the merge raised A's floor (${floor})`);
+  assert.ok(
+    await sim.runUntil(() => sim.node(D).node.replica.floor === floor, 1000),
+    `D's floor ${sim.node(D).node.replica.floor}, A's ${floor}`,
+  );
 });

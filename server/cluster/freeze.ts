@@ -73,20 +73,31 @@ export interface FreezeView {
 
 /**
  * What a node that was frozen does next (docs/cluster.md, "Two actives at once"): `wait`
- * for word from its peers (decide nothing), stay `parked` (an active that has seen another
- * active, or its traces: one that is active or names another active, or knows a later
- * activation, a higher floor, or tokens above any this node reserved; until that node's
- * state is merged), or `resume`. A standby resumes on the first fresh word; an active once
- * it has heard every peer, or a failover timeout has passed.
+ * for word from its peers (decide nothing), stay `parked`, `resume`, or `step-down`. A
+ * standby resumes on the first fresh word. An active:
+ *
+ * - stays `parked` while a peer shows that another node is active (one that is active or
+ *   handing off, or names another active): that node's state is to be merged into its own
+ *   (its `HANDOFF`);
+ * - stays `parked` too while a peer knows a later activation (a higher floor) or tokens
+ *   above any this node reserved, until it has heard every peer (or a failover timeout
+ *   passed);
+ * - then steps down (`step-down`) if a peer still knows a later activation: that activation's
+ *   active is gone (nobody active is left to hand its state over), and its replica is fresher
+ *   than this node's state, so the election must pick it;
+ * - and otherwise resumes (a higher mark alone is raised above, not waited out).
  */
-export function freezeVerdict(view: FreezeView): "wait" | "parked" | "resume" {
+export function freezeVerdict(view: FreezeView): "wait" | "parked" | "resume" | "step-down" {
   if (view.fresh.length === 0 && !view.waited) return "wait";
   if (!view.active) return "resume";
-  const newer = view.fresh.some((p) =>
+  const activeElsewhere = view.fresh.some((p) =>
     p.role === "active" || p.role === "handing-off" ||
-    (p.activeAddress !== undefined && p.activeAddress !== view.self) ||
-    p.floor > view.floor || p.mark > view.reserved
+    (p.activeAddress !== undefined && p.activeAddress !== view.self)
   );
-  if (newer) return "parked";
-  return view.fresh.length < view.peers && !view.waited ? "wait" : "resume";
+  if (activeElsewhere) return "parked";
+  const later = view.fresh.some((p) => p.floor > view.floor);
+  const heardAll = view.fresh.length >= view.peers || view.waited;
+  if (later) return heardAll ? "step-down" : "parked";
+  if (view.fresh.some((p) => p.mark > view.reserved)) return "parked";
+  return heardAll ? "resume" : "wait";
 }

@@ -7,14 +7,13 @@
  * @module
  */
 
-import { NO_ACTIVE_NODE } from "../../client/codec.ts";
 import type { Gate } from "../session.ts";
 import type { Role } from "./election.ts";
-import { redirectTo } from "./handoff.ts";
+import { NO_ACTIVE, redirectTo } from "./handoff.ts";
 
 const SERVE: Gate = { kind: "serve" };
 const PARK: Gate = { kind: "park" };
-const NO_ACTIVE: Gate = { kind: "refuse", refusal: { status: "E", text: NO_ACTIVE_NODE } };
+const NO_ACTIVE_GATE: Gate = { kind: "refuse", refusal: NO_ACTIVE };
 
 /** What the gate depends on. */
 export interface GateState {
@@ -45,6 +44,6 @@ export function gateOf(state: GateState): Gate {
       if (state.taking) return PARK;
       return state.active !== undefined && state.vouched
         ? { kind: "refuse", refusal: redirectTo(state.active) }
-        : NO_ACTIVE;
+        : NO_ACTIVE_GATE;
   }
 }

@@ -6,7 +6,7 @@
  * @module
  */
 
-import type { Refusal } from "../../client/codec.ts";
+import { NO_ACTIVE_NODE, type Refusal } from "../../client/codec.ts";
 import type { Holder } from "../engine/lock_table.ts";
 import type { Owner, Owners } from "../owners.ts";
 import type { HandoffBegin } from "./peer_codec.ts";
@@ -83,6 +83,9 @@ export function mergeHandoff(
   }
   for (const h of stale) table.release(h.key, h.token);
 }
+
+/** What a node that stepped down answers its queued and parked requests (clients retry). */
+export const NO_ACTIVE: Refusal = { status: "E", text: NO_ACTIVE_NODE };
 
 /** The redirect a node that handed over gives its queued and parked requests. */
 export function redirectTo(address: string): Refusal {

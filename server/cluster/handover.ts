@@ -36,8 +36,11 @@ export interface HandoverHost {
   handedOver(address: string, leaving: boolean): void;
   /** The handover failed and this node is not leaving: serve again. */
   stillActive(): void;
-  /** Another active's state was merged into this active one: stop waiting for it. */
-  merged(): void;
+  /**
+   * Another active's state was merged into this active one: stop waiting for it. `lastToken`
+   * is the last token that active issued (at or above its activation's floor).
+   */
+  merged(lastToken: bigint): void;
   /** The takeover from `from` is committed: become active with `activation`. */
   becomeActive(from: string, activation: string): void;
   /** The takeover this node agreed to did not happen: serve parked requests as a standby. */
@@ -103,6 +106,30 @@ export class Handover {
     if (this.#sending === undefined) return undefined;
     this.#sending.leaving = true;
     return this.#sending.outcome;
+  }
+
+  /**
+   * Graceful stop (docs/cluster.md, "Graceful stop of the active"): finishes a handover
+   * under way; an active hands over to `heir(tried)` (the best live standby not tried yet),
+   * then the next one if it does not take over in time (paused, leaving too). Resolves `true`
+   * once one took over, `false` (role `leaving`) when nobody did.
+   */
+  async leave(heir: (tried: ReadonlySet<string>) => string | undefined): Promise<boolean> {
+    if (await this.leaveDuring()) return true;
+    const host = this.#host;
+    if (host.role !== "active") {
+      host.setRole("leaving", "leaving");
+      return false;
+    }
+    const tried = new Set<string>();
+    for (let to = heir(tried); to !== undefined; to = heir(tried)) {
+      tried.add(to);
+      if (await this.start(to, true, true)) return true;
+      const role = host.role as Role; // (changed while awaiting)
+      if (role !== "handing-off" && role !== "active") break;
+    }
+    host.setRole("leaving", "leaving, no standby took over");
+    return false;
   }
 
   /**
@@ -202,7 +229,7 @@ export class Handover {
         event: "handover-merged",
         peer: from,
       });
-      host.merged();
+      host.merged(header.lastToken);
       this.#ctx.network.send(from, { type: "TAKEN", activation: host.activation! });
       host.announce();
       return;

@@ -11,8 +11,8 @@
 
 import type { Gate } from "../session.ts";
 import { decide, type Role, type SelfView, successor } from "./election.ts";
-import { promotionFloor, raiseOnHeartbeat } from "./succession.ts";
-import { type Carried, handoffLimitMs, redirectTo } from "./handoff.ts";
+import { announcedMark, promotionFloor, raiseOnHeartbeat } from "./succession.ts";
+import { type Carried, handoffLimitMs, NO_ACTIVE, redirectTo } from "./handoff.ts";
 import { Handover } from "./handover.ts";
 import type { Owner } from "../owners.ts";
 import type { HandoffBegin, Heartbeat } from "./peer_codec.ts";
@@ -115,7 +115,9 @@ export class ClusterNode implements PeerReceiver {
         port.resumeTimers();
         this.#announce();
       },
-      merged: () => {
+      merged: (lastToken) => {
+        // Its state now holds the other activation's too: rank it no lower (election.ts).
+        this.replica.raiseFloor(lastToken);
         if (this.#freeze.clear()) {
           port.unpark();
           port.resumeTimers();
@@ -192,27 +194,11 @@ export class ClusterNode implements PeerReceiver {
    * resolves `true` once the successor took over (redirect clients to it), `false` if there
    * was nobody to hand over to (stop as a single node does).
    */
-  async leave(): Promise<boolean> {
-    // A handover already under way (failback, demotion): finish it, then leave.
-    if (await this.#handover.leaveDuring()) return true;
-    if (this.#role !== "active") {
-      this.#setRole("leaving", "leaving");
-      return false;
-    }
-    // The best live standby first; if it does not take over in time (paused, leaving too),
-    // the next one.
-    const tried = new Set<string>();
-    for (;;) {
+  leave(): Promise<boolean> {
+    return this.#handover.leave((tried) => {
       const live = this.#peers.live(this.#port.clock()).filter((p) => !tried.has(p.address));
-      const heir = successor(this.#selfView(), live);
-      if (heir === undefined) break;
-      tried.add(heir.address);
-      if (await this.#handover.start(heir.address, true, true)) return true;
-      const role = this.#role as Role; // (changed while awaiting)
-      if (role !== "handing-off" && role !== "active") break;
-    }
-    this.#setRole("leaving", "leaving, no standby took over");
-    return false;
+      return successor(this.#selfView(), live)?.address;
+    });
   }
 
   /** Stops the heartbeat and any handover timer. */
@@ -254,6 +240,11 @@ export class ClusterNode implements PeerReceiver {
   heartbeat(address: string, hb: Heartbeat): void {
     const peer = this.#peers.record(address, hb, this.#port.clock());
     if (peer?.role === "active") this.#lastActiveSeen = this.#port.clock();
+    // In sync with that active's activation, its replica ranks as high (a merge raises it).
+    if (
+      peer?.role === "active" && this.follows(address) && this.replica.synced &&
+      peer.activation === this.#activation
+    ) this.replica.raiseFloor(peer.floor);
     const self = { address: this.#self, role: this.#role };
     if (peer !== undefined) {
       raiseOnHeartbeat(self, this.#port.tokens, address, peer, this.#port.log);
@@ -359,8 +350,7 @@ export class ClusterNode implements PeerReceiver {
   #settleFreeze(since: number, now: number): boolean {
     const verdict = freezeVerdict({
       active: this.#role === "active",
-      fresh: this.#peers.live(now).filter((p) => this.#peers.heardSince(since, now, p.address))
-        .map((p) => ({ ...p, mark: this.#peers.get(p.address)!.mark })),
+      fresh: this.#peers.heardAfter(since, now),
       peers: this.#peers.size,
       waited: now - since >= this.#options.failoverTimeoutMs,
       self: this.#self,
@@ -368,11 +358,28 @@ export class ClusterNode implements PeerReceiver {
       reserved: this.#port.tokens.reserved,
     });
     if (verdict === "wait") return false;
-    if (verdict === "resume" && this.#freeze.clear() && this.#role === "active") {
+    if (verdict === "step-down") this.#stepDown();
+    else if (verdict === "resume" && this.#freeze.clear() && this.#role === "active") {
       this.#port.unpark();
       this.#port.resumeTimers();
     }
     return true;
+  }
+
+  /** A frozen active steps down for a later activation no active is left to hand over. */
+  #stepDown(): void {
+    const why = "a peer holds a later activation's state and no active is left to hand it over";
+    this.#port.log.warn(`stepped down: ${why}`, { event: "stepped-down" });
+    this.#freeze.clear();
+    this.#activation = undefined;
+    this.#activeAddress = undefined;
+    this.stream.clear();
+    this.replica.interrupted();
+    this.#setRole("standby", "stepped down for a later activation");
+    this.#port.answerQueued(NO_ACTIVE);
+    this.#port.unpark();
+    this.#port.resumeTimers();
+    this.#announce();
   }
 
   /**
@@ -416,25 +423,20 @@ export class ClusterNode implements PeerReceiver {
   }
 
   #announce(): void {
-    // An active announces the mark it reserved (it may issue up to it); others the highest
-    // token or mark they know of (announcing their own reservations would make nodes raise
-    // each other block after block).
-    const tokens = this.#port.tokens;
-    const active = this.#role === "active" || this.#role === "handing-off";
+    const self = this.#selfView();
+    const active = this.#activeAddress;
     this.#io.network.broadcast(this.#peers.addresses(), {
       type: "HB",
-      role: this.#role,
+      role: self.role,
       // Name the active only while it is live here and still active: peers that cannot hear
       // it themselves (a partial partition) then know it is alive and do not promote.
-      active: this.#activeAddress !== undefined && this.#isLiveActive(this.#activeAddress)
-        ? this.#activeAddress
-        : undefined,
-      synced: this.replica.synced,
-      mark: active ? tokens.reserved : tokens.last,
-      activation: this.#activation,
-      replica: this.replica.complete,
-      floor: this.replica.floor,
-      position: this.replica.position,
+      active: active !== undefined && this.#isLiveActive(active) ? active : undefined,
+      synced: self.synced,
+      mark: announcedMark(self.role, this.#port.tokens),
+      activation: self.activation,
+      replica: self.replica,
+      floor: self.floor,
+      position: self.position,
     });
   }
 

@@ -146,6 +146,12 @@ export class PeerViews {
     return false;
   }
 
+  /** The live peers heard after `since` (a freeze), with their marks (freeze.ts). */
+  heardAfter(since: number, now: number): (PeerView & { mark: bigint })[] {
+    return this.live(now).filter((p) => this.heardSince(since, now, p.address))
+      .map((p) => ({ ...p, mark: this.#peers.get(p.address)!.mark }));
+  }
+
   /** The live peers' views, for the election. */
   live(now: number): PeerView[] {
     const live: PeerView[] = [];

@@ -154,6 +154,14 @@ export class Replica {
     this.#position = 0;
   }
 
+  /**
+   * Its state now also covers an activation whose floor is at most `floor` (a merge, or the
+   * active it is in sync with merged one): it ranks no lower than that.
+   */
+  raiseFloor(floor: bigint): void {
+    if (floor > this.floor) this.floor = floor;
+  }
+
   /** This node handed its state over or starts following another: it holds nothing current. */
   drop(): void {
     this.synced = false;

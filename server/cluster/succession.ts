@@ -47,6 +47,15 @@ export function promotionFloor(input: SuccessionInput): bigint {
   return floor + 2n * input.block;
 }
 
+/**
+ * The mark a node announces in its heartbeat: an active (or one handing off) the block it
+ * reserved, which it may issue up to; any other node the highest token or mark it knows of
+ * (announcing its own reservations would make nodes raise each other block after block).
+ */
+export function announcedMark(role: Role, tokens: { last: bigint; reserved: bigint }): bigint {
+  return role === "active" || role === "handing-off" ? tokens.reserved : tokens.last;
+}
+
 /** A heartbeat's sender, as {@linkcode heartbeatFloor} needs it. */
 export interface MarkSender {
   /** Its role. */
