@@ -35,9 +35,9 @@ export const FLAGS: readonly Flag[] = [
     name: "peers",
     env: "LOCKD_PEERS",
     value: "A:P,B:P,...",
-    help: "The cluster, in priority order (first = highest). The same list\n" +
-      "on every node; it must contain this node's --advertise address.\n" +
-      "Default: a single node.",
+    help: "The cluster, in priority order (first = highest), at most 64\n" +
+      "nodes. The same list on every node; it must contain this node's\n" +
+      "--advertise address. Default: a single node.",
   },
   {
     name: "advertise",

@@ -16,6 +16,7 @@ import { SIGUSR1_WARNING } from "./sigusr1.ts";
 import { lockd } from "./cmd/lockd.ts";
 import type { BridgeServer } from "../client/bridge.ts";
 import { type HttpServer, serveBridgeOn, startHttp } from "./http.ts";
+import { TOKEN_LANES } from "./token_lanes.ts";
 import clientScript from "./assets/lockd-client.js" with { type: "text" };
 import demoPage from "./assets/demo.html" with { type: "text" };
 
@@ -43,7 +44,9 @@ export async function main(args: string[]): Promise<number> {
   const self = formatHostPort(config.advertise ?? config.listen);
   if (peers.length > 0) {
     const twice = peers.find((p, i) => peers.findIndex((q) => q.address === p.address) !== i);
-    const problem = twice !== undefined
+    const problem = peers.length > TOKEN_LANES
+      ? `--peers lists ${peers.length} nodes, at most ${TOKEN_LANES} are supported`
+      : twice !== undefined
       ? `--peers lists ${twice.address} twice`
       : !peers.some((p) => p.address === self)
       ? `--peers must contain this node's address ${self} (set --advertise to how peers reach it)`

@@ -36,6 +36,7 @@ import {
 import { Ticker, turnClock } from "./ticker.ts";
 import { Sessions } from "./sessions.ts";
 import { TokenStore } from "./tokens.ts";
+import { laneOf } from "./token_lanes.ts";
 import type { Credentials } from "./auth.ts";
 
 /** Cluster settings of {@linkcode LockServerOptions} (docs/cluster.md). */
@@ -299,10 +300,13 @@ export class LockServer {
     const log = options.log ?? stderrLogger();
     const self: { server?: LockServer } = {};
     const dataDir = options.dataDir ?? "./lockd-data";
+    const cluster = options.cluster;
     const tokens = TokenStore.open(dataDir, {
       // A cluster's active announces every reserved block to its standbys before using it.
       onReserve: (mark) => self.server?.cluster?.stream.reserved(mark),
       log,
+      // Two actives at once never issue the same token (docs/cluster.md, "Token succession").
+      lane: cluster && laneOf(cluster.self, cluster.peers.map((p) => p.address)),
     });
     log.info(
       `data directory "${dataDir}": fencing tokens continue after ${tokens.last} ` +

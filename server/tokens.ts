@@ -10,6 +10,7 @@
 
 import { MAX_TOKEN } from "../client/codec.ts";
 import { type Logger, stderrLogger } from "./log.ts";
+import { tokenAfter } from "./token_lanes.ts";
 
 /** Tokens would pass 2^64-1: no more grants can be made safely. */
 export class TokensExhaustedError extends Error {
@@ -40,6 +41,11 @@ export interface TokenStoreOptions {
   onReserve?: (mark: bigint) => void;
   /** Where reservations (debug) and failed background ones (error) go. Default: stderr. */
   log?: Logger;
+  /**
+   * A cluster node's lane (its position in `--peers`): it issues tokens from its own slabs
+   * only (token_lanes.ts). Default: none, every token is the last plus one.
+   */
+  lane?: number;
 }
 
 const FILE = "tokens";
@@ -74,6 +80,7 @@ export class TokenStore {
   #closed = false;
   #onReserve: ((mark: bigint) => void) | undefined;
   #log: Logger;
+  #lane: number | undefined;
 
   private constructor(
     dir: string,
@@ -87,6 +94,7 @@ export class TokenStore {
     this.#block = options?.block ?? 1_000_000n;
     this.#onReserve = options?.onReserve;
     this.#log = options?.log ?? stderrLogger();
+    this.#lane = options?.lane;
     this.#last = stored;
     this.#durable = stored;
   }
@@ -157,7 +165,7 @@ export class TokenStore {
    * @throws {TokensExhaustedError} Past 2^64-1.
    */
   next(): bigint {
-    const token = this.#last + 1n;
+    const token = tokenAfter(this.#last, this.#lane);
     if (token > MAX_TOKEN) throw new TokensExhaustedError();
     if (token > this.#durable) this.#reserveSync(token + this.#block);
     else if (this.#writing === null && this.#durable - token < this.#block / 2n) {

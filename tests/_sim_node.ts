@@ -16,6 +16,7 @@ import type { PeerNetwork, ServerPort, TokenMark } from "../server/cluster/ports
 import { LockTable } from "../server/engine/lock_table.ts";
 import type { Logger } from "../server/log.ts";
 import { Owners } from "../server/owners.ts";
+import { laneOf, tokenAfter } from "../server/token_lanes.ts";
 import { ClientSession, type Gate, type Ticket, ticketHooks } from "../server/session.ts";
 import type { SimProcess, SimTime } from "./_sim_time.ts";
 
@@ -32,9 +33,15 @@ export class FakeTokenMark implements TokenMark {
   #last: bigint;
   #reserved: bigint;
 
-  /** @param stored The mark found in the data directory. @param block Tokens per block. */
-  constructor(stored: bigint, block: bigint) {
+  #lane: number | undefined;
+
+  /**
+   * @param stored The mark found in the data directory. @param block Tokens per block.
+   * @param lane The node's token lane (server/token_lanes.ts), as `TokenStore` takes it.
+   */
+  constructor(stored: bigint, block: bigint, lane?: number) {
     this.block = block;
+    this.#lane = lane;
     this.#last = stored;
     this.#reserved = stored + block;
   }
@@ -51,7 +58,7 @@ export class FakeTokenMark implements TokenMark {
 
   /** The next token (the lock table's `nextToken`). */
   next(): bigint {
-    const token = this.#last + 1n;
+    const token = tokenAfter(this.#last, this.#lane);
     if (token > this.#reserved) this.#reserve(token + this.block);
     else if (this.#reserved - token < this.block / 2n) this.#reserve(this.#reserved + this.block);
     this.#last = token;
@@ -157,7 +164,11 @@ export class SimNode {
       warn: (message) => this.warnings.push(message),
       error: (message) => this.warnings.push(message),
     };
-    this.tokens = new FakeTokenMark(options.mark, options.block);
+    this.tokens = new FakeTokenMark(
+      options.mark,
+      options.block,
+      laneOf(options.self, options.peers),
+    );
     const stream = () => this.node?.stream;
     this.table = new LockTable<Ticket>({
       clock,

@@ -1,0 +1,58 @@
+/**
+ * Token lanes (docs/cluster.md, "Token succession"): in a cluster every node issues fencing
+ * tokens from its own slabs of the token space only, so two nodes active at once (a
+ * partition, a paused active that resumed) never issue the same token, however long the
+ * split lasts and whatever floors their promotions chose. The space is cut into slabs of
+ * {@linkcode LANE_SLAB} tokens; slab `k` belongs to the node at position
+ * `k mod TOKEN_LANES` of `--peers`. Within a slab a node's tokens are consecutive; past its
+ * end they continue at the start of the node's next slab. A single node has no lane. Pure.
+ *
+ * @module
+ */
+
+/** Lanes of the token space: a cluster has at most this many nodes. */
+export const TOKEN_LANES = 64;
+
+/** Tokens per slab (2^20): a lane's tokens are consecutive within one. */
+export const LANE_SLAB: bigint = 1n << 20n;
+
+const LANES = BigInt(TOKEN_LANES);
+
+/**
+ * The token a node issues after `last` (its last token, or a floor it was raised to): the
+ * next one in lane `lane` (its position in `--peers`, 0 to 63), or `last + 1` for a single
+ * node (`undefined`). May pass 2^64-1: the caller refuses that.
+ *
+ * @example
+ * ```ts ignore
+ * tokenAfter(41n, undefined); // 42n
+ * tokenAfter(41n, 0); // 42n: slab 0 is lane 0's
+ * tokenAfter(41n, 1); // 1048576n: the start of slab 1, lane 1's first
+ * tokenAfter(1048576n * 2n - 1n, 1); // 1048576n * 65n: past slab 1, lane 1's next is slab 65
+ * ```
+ */
+export function tokenAfter(last: bigint, lane: number | undefined): bigint {
+  const token = last + 1n;
+  if (lane === undefined) return token;
+  const slab = token / LANE_SLAB;
+  const skip = (BigInt(lane) - slab % LANES + LANES) % LANES;
+  return skip === 0n ? token : (slab + skip) * LANE_SLAB;
+}
+
+/**
+ * The lane of node `self` in a cluster of `peers` (the `--peers` list, in priority order):
+ * its position.
+ *
+ * @throws {RangeError} If `self` is not in `peers`, or `peers` has more than
+ * {@linkcode TOKEN_LANES} nodes.
+ */
+export function laneOf(self: string, peers: readonly string[]): number {
+  if (peers.length > TOKEN_LANES) {
+    throw new RangeError(
+      `A cluster has at most ${TOKEN_LANES} nodes, --peers lists ${peers.length}`,
+    );
+  }
+  const lane = peers.indexOf(self);
+  if (lane < 0) throw new RangeError(`--peers must contain this node's address ${self}`);
+  return lane;
+}

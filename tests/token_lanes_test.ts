@@ -1,0 +1,117 @@
+/**
+ * Token lanes (docs/cluster.md, "Token succession"): every cluster node issues tokens from its
+ * own slabs, so two actives at once never issue the same one. The pure rule, the token store
+ * that applies it, the simulator's two actives of a partition, and the `--peers` limit.
+ */
+
+import assert from "node:assert/strict";
+import { LANE_SLAB, laneOf, TOKEN_LANES, tokenAfter } from "../server/token_lanes.ts";
+import { TokenStore } from "../server/tokens.ts";
+import { capturingLogger } from "./_logger.ts";
+import { mulberry32 } from "./_prng.ts";
+import { runMain } from "./_helpers.ts";
+import { SimCluster } from "./_sim_cluster.ts";
+import { freePorts } from "./_cluster.ts";
+
+const LANES = BigInt(TOKEN_LANES);
+
+/** The lane a token belongs to. */
+function laneOfToken(token: bigint): number {
+  return Number((token / LANE_SLAB) % LANES);
+}
+
+Deno.test("tokenAfter() is last + 1 for a single node, and the next token of the lane in a cluster", () => {
+  assert.equal(tokenAfter(0n, undefined), 1n);
+  assert.equal(tokenAfter(LANE_SLAB * 7n - 1n, undefined), LANE_SLAB * 7n);
+  assert.equal(tokenAfter(0n, 0), 1n);
+  assert.equal(tokenAfter(41n, 1), LANE_SLAB);
+  assert.equal(tokenAfter(LANE_SLAB, 1), LANE_SLAB + 1n);
+  // Past the end of its slab, a lane continues at the start of its next one.
+  assert.equal(tokenAfter(LANE_SLAB * 2n - 1n, 1), LANE_SLAB * (LANES + 1n));
+  assert.equal(tokenAfter(LANE_SLAB * LANES - 1n, 0), LANE_SLAB * LANES);
+  assert.equal(tokenAfter(LANE_SLAB * LANES - 1n, 63), LANE_SLAB * (2n * LANES - 1n));
+  // Above 2^53, exactly.
+  const big = 1_750_000_001_002_000_000n;
+  assert.equal(laneOfToken(tokenAfter(big, 5)), 5);
+});
+
+Deno.test("tokenAfter() gives the smallest token above `last` in the lane, for any last and lane", () => {
+  const random = mulberry32(7);
+  for (let i = 0; i < 20_000; i++) {
+    const lane = Math.floor(random() * TOKEN_LANES);
+    const last = BigInt(Math.floor(random() * 2 ** 40)) * (random() < 0.5 ? 1n : 1_000_000n);
+    const token = tokenAfter(last, lane);
+    assert.ok(token > last, `${token} <= ${last}`);
+    assert.equal(laneOfToken(token), lane);
+    // Nothing of the lane between: either consecutive, or the first token of its slab.
+    assert.ok(token === last + 1n || token % LANE_SLAB === 0n, `${last} -> ${token}`);
+    if (token !== last + 1n) assert.notEqual(laneOfToken(last + 1n), lane);
+  }
+});
+
+Deno.test("laneOf() is the node's position in --peers, for at most 64 nodes", () => {
+  const peers = Array.from({ length: TOKEN_LANES }, (_, i) => `10.0.0.${i}:7321`);
+  assert.equal(laneOf("10.0.0.0:7321", peers), 0);
+  assert.equal(laneOf("10.0.0.63:7321", peers), 63);
+  assert.throws(() => laneOf("10.0.0.99:7321", peers), RangeError);
+  assert.throws(() => laneOf("10.0.0.0:7321", [...peers, "10.0.1.0:7321"]), /at most 64 nodes/);
+});
+
+Deno.test("TokenStore with a lane issues only its lane's tokens, across raises and reservations", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "lockd-lanes-" });
+  try {
+    const store = TokenStore.open(dir, { lane: 2, block: 1000n, log: capturingLogger() });
+    const issued: bigint[] = [];
+    for (let i = 0; i < 3000; i++) issued.push(store.next());
+    store.raiseTo(LANE_SLAB * 5n + 17n); // a promotion floor in another lane's slab
+    issued.push(store.next());
+    store.raiseTo(LANE_SLAB * 3n - 2n); // near the end of its next slab
+    for (let i = 0; i < 3; i++) issued.push(store.next());
+    for (let i = 1; i < issued.length; i++) assert.ok(issued[i] > issued[i - 1]);
+    assert.deepEqual(new Set(issued.map(laneOfToken)), new Set([2]));
+    assert.equal(issued[0], LANE_SLAB * 2n);
+    assert.equal(issued[3000], LANE_SLAB * (LANES + 2n));
+    assert.ok(store.reserved >= issued.at(-1)!, "reserved on disk before it was issued");
+    await store.close();
+    // Reopened, it continues above the last one, in its lane.
+    const again = TokenStore.open(dir, { lane: 2, log: capturingLogger() });
+    const next = again.next();
+    assert.ok(next > issued.at(-1)! && laneOfToken(next) === 2);
+    await again.close();
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("ClusterNode: the two actives of a partition never issue the same token", async () => {
+  // A cut off from B and C keeps granting while B promotes above A's announced mark: with
+  // small blocks, A passes B's floor within the partition; lanes keep them apart.
+  const sim = new SimCluster({ size: 3, block: 100n });
+  const [A, B, C] = sim.addresses;
+  assert.equal((await sim.waitForOneActive()).address, A);
+  await sim.waitForSync();
+  sim.partition([A], [B, C], "down");
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000), sim.describe());
+  const onA: bigint[] = [];
+  const onB: bigint[] = [];
+  for (let i = 0; i < 400; i++) {
+    onA.push(await sim.grant(A, `lanes:a${i}`, 60));
+    if (i % 4 === 0) onB.push(await sim.grant(B, `lanes:b${i}`, 60));
+  }
+  // More than the two blocks of margin B's floor has over A's mark: without lanes A would
+  // have reached B's tokens.
+  assert.ok(onA.at(-1)! - onA[0] > 200n, `A issued ${onA.at(-1)! - onA[0]} tokens`);
+  const both = onA.filter((t) => onB.includes(t));
+  assert.deepEqual(both, [], "tokens granted by both actives");
+  assert.deepEqual(new Set(onA.map(laneOfToken)), new Set([0]));
+  assert.deepEqual(new Set(onB.map(laneOfToken)), new Set([1]));
+  void C;
+});
+
+Deno.test("main() exits 2 when --peers lists more than 64 nodes", async () => {
+  const [self] = freePorts(1).map((p) => `127.0.0.1:${p}`);
+  const others = Array.from({ length: TOKEN_LANES }, (_, i) => `10.9.${i >> 8}.${i & 255}:7321`);
+  const out = await runMain(["--listen", self, "--peers", [self, ...others].join(",")]);
+  assert.equal(out.code, 2, out.stderr);
+  assert.match(out.stderr, /--peers lists 65 nodes, at most 64 are supported/);
+});
