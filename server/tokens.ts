@@ -10,7 +10,7 @@
 
 import { MAX_TOKEN } from "../client/codec.ts";
 import { type Logger, stderrLogger } from "./log.ts";
-import { tokenAfter } from "./token_lanes.ts";
+import { LANE_SLAB, tokenAfter } from "./token_lanes.ts";
 
 /** Tokens would pass 2^64-1: no more grants can be made safely. */
 export class TokensExhaustedError extends Error {
@@ -81,6 +81,8 @@ export class TokenStore {
   #onReserve: ((mark: bigint) => void) | undefined;
   #log: Logger;
   #lane: number | undefined;
+  /** The lane's current slab, `[start, end)`: tokens inside it need no lane arithmetic. */
+  #slab = { start: 0n, end: 0n };
 
   private constructor(
     dir: string,
@@ -165,7 +167,12 @@ export class TokenStore {
    * @throws {TokensExhaustedError} Past 2^64-1.
    */
   next(): bigint {
-    const token = tokenAfter(this.#last, this.#lane);
+    let token = this.#last + 1n;
+    if (this.#lane !== undefined && (token < this.#slab.start || token >= this.#slab.end)) {
+      token = tokenAfter(this.#last, this.#lane);
+      const start = token - token % LANE_SLAB;
+      this.#slab = { start, end: start + LANE_SLAB };
+    }
     if (token > MAX_TOKEN) throw new TokensExhaustedError();
     if (token > this.#durable) this.#reserveSync(token + this.#block);
     else if (this.#writing === null && this.#durable - token < this.#block / 2n) {
