@@ -56,3 +56,27 @@ export function laneOf(self: string, peers: readonly string[]): number {
   if (lane < 0) throw new RangeError(`--peers must contain this node's address ${self}`);
   return lane;
 }
+
+/**
+ * The `count`-th token of lane `lane` after `from` (`count` at least 1; a single node:
+ * `from + count`): how far a node must reserve, and announce, to cover its next `count`
+ * tokens, a jump to its next slab included (docs/cluster.md, "Token succession").
+ *
+ * @example
+ * ```ts ignore
+ * laneAhead(41n, 5n, undefined); // 46n
+ * laneAhead(LANE_SLAB - 3n, 5n, 0); // 64n * LANE_SLAB + 2n: two in slab 0, three in slab 64
+ * ```
+ */
+export function laneAhead(from: bigint, count: bigint, lane: number | undefined): bigint {
+  if (lane === undefined) return from + count;
+  let at = from;
+  let left = count;
+  for (;;) {
+    const next = tokenAfter(at, lane);
+    const last = next - next % LANE_SLAB + LANE_SLAB - 1n; // the last token of next's slab
+    if (left - 1n <= last - next) return next + left - 1n;
+    left -= last - next + 1n;
+    at = last;
+  }
+}

@@ -10,7 +10,7 @@
 
 import { MAX_TOKEN } from "../client/codec.ts";
 import { type Logger, stderrLogger } from "./log.ts";
-import { LANE_SLAB, tokenAfter } from "./token_lanes.ts";
+import { LANE_SLAB, laneAhead, tokenAfter } from "./token_lanes.ts";
 
 /** Tokens would pass 2^64-1: no more grants can be made safely. */
 export class TokensExhaustedError extends Error {
@@ -76,6 +76,8 @@ export class TokenStore {
   #block: bigint;
   #last: bigint;
   #durable: bigint;
+  /** The highest mark passed to `onReserve`, its write maybe still in flight. */
+  #announced: bigint;
   #writing: Promise<void> | null = null;
   #closed = false;
   #onReserve: ((mark: bigint) => void) | undefined;
@@ -99,6 +101,7 @@ export class TokenStore {
     this.#lane = options?.lane;
     this.#last = stored;
     this.#durable = stored;
+    this.#announced = stored;
   }
 
   /**
@@ -161,6 +164,14 @@ export class TokenStore {
   }
 
   /**
+   * The highest mark announced through `onReserve`: {@linkcode reserved}, or above it while
+   * a background reservation is being written. No token above it has been issued.
+   */
+  get announced(): bigint {
+    return this.#announced > this.#durable ? this.#announced : this.#durable;
+  }
+
+  /**
    * Issues the next token. Never waits for the disk unless a whole block was used before
    * the background reservation finished (then it writes synchronously).
    *
@@ -174,12 +185,20 @@ export class TokenStore {
       this.#slab = { start, end: start + LANE_SLAB };
     }
     if (token > MAX_TOKEN) throw new TokensExhaustedError();
-    if (token > this.#durable) this.#reserveSync(token + this.#block);
-    else if (this.#writing === null && this.#durable - token < this.#block / 2n) {
-      this.#reserveAsync(this.#durable + this.#block);
+    const block = this.#block;
+    if (token > this.#durable) this.#reserveSync(this.#ahead(token, block));
+    else if (this.#writing === null && this.#durable < this.#ahead(token, block / 2n)) {
+      // Half a block ahead, in the lane: a jump to its next slab is announced as early.
+      this.#reserveAsync(laneAhead(this.#durable, block, this.#lane));
     }
     this.#last = token;
     return token;
+  }
+
+  /** The `count`-th token of this node's lane after `token` (token_lanes.ts). */
+  #ahead(token: bigint, count: bigint): bigint {
+    const fast = this.#lane === undefined || token + count < this.#slab.end;
+    return fast ? token + count : laneAhead(token, count, this.#lane);
   }
 
   /**
@@ -190,7 +209,10 @@ export class TokenStore {
     if (floor <= this.#last) return;
     if (floor >= MAX_TOKEN) throw new TokensExhaustedError();
     this.#last = floor;
-    if (floor + 1n > this.#durable) this.#reserveSync(floor + this.#block);
+    // Its next token may be in a later slab of its lane: reserve (and announce) past it.
+    if (laneAhead(floor, 1n, this.#lane) > this.#durable) {
+      this.#reserveSync(laneAhead(floor, this.#block, this.#lane));
+    }
   }
 
   /**
@@ -211,10 +233,15 @@ export class TokenStore {
 
   #reserveSync(target: bigint): void {
     const mark = target > MAX_TOKEN ? MAX_TOKEN : target;
-    this.#onReserve?.(mark);
+    this.#announce(mark);
     this.#write(mark, "tmp-sync");
     this.#durable = mark;
     this.#logReserved(mark);
+  }
+
+  #announce(mark: bigint): void {
+    if (mark > this.#announced) this.#announced = mark;
+    this.#onReserve?.(mark);
   }
 
   #logReserved(mark: bigint): void {
@@ -227,7 +254,7 @@ export class TokenStore {
   #reserveAsync(target: bigint): void {
     const mark = target > MAX_TOKEN ? MAX_TOKEN : target;
     if (mark <= this.#durable) return;
-    this.#onReserve?.(mark);
+    this.#announce(mark);
     const tmp = join(this.#dir, `${FILE}.tmp-async`);
     this.#writing = writeDurably(tmp, mark).then(() => {
       // Renames happen on this thread, in order: a later synchronous write is never undone.

@@ -16,7 +16,7 @@ import type { PeerNetwork, ServerPort, TokenMark } from "../server/cluster/ports
 import { LockTable } from "../server/engine/lock_table.ts";
 import type { Logger } from "../server/log.ts";
 import { Owners } from "../server/owners.ts";
-import { laneOf, tokenAfter } from "../server/token_lanes.ts";
+import { laneAhead, laneOf, tokenAfter } from "../server/token_lanes.ts";
 import { ClientSession, type Gate, type Ticket, ticketHooks } from "../server/session.ts";
 import type { SimProcess, SimTime } from "./_sim_time.ts";
 
@@ -56,11 +56,19 @@ export class FakeTokenMark implements TokenMark {
     return this.#reserved;
   }
 
+  /** The mark announced (reservations are synchronous here: the reserved one). */
+  get announced(): bigint {
+    return this.#reserved;
+  }
+
   /** The next token (the lock table's `nextToken`). */
   next(): bigint {
     const token = tokenAfter(this.#last, this.#lane);
-    if (token > this.#reserved) this.#reserve(token + this.block);
-    else if (this.#reserved - token < this.block / 2n) this.#reserve(this.#reserved + this.block);
+    const [block, lane] = [this.block, this.#lane];
+    if (token > this.#reserved) this.#reserve(laneAhead(token, block, lane));
+    else if (this.#reserved < laneAhead(token, block / 2n, lane)) {
+      this.#reserve(laneAhead(this.#reserved, block, lane));
+    }
     this.#last = token;
     return token;
   }
@@ -69,7 +77,9 @@ export class FakeTokenMark implements TokenMark {
   raiseTo(floor: bigint): void {
     if (floor <= this.#last) return;
     this.#last = floor;
-    if (floor + 1n > this.#reserved) this.#reserve(floor + this.block);
+    if (laneAhead(floor, 1n, this.#lane) > this.#reserved) {
+      this.#reserve(laneAhead(floor, this.block, this.#lane));
+    }
   }
 
   #reserve(mark: bigint): void {

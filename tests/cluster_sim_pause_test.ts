@@ -184,3 +184,33 @@ Deno.test("ClusterNode standby in sync with an active takes its floor when that 
     `D's floor ${sim.node(D).node.replica.floor}, A's ${floor}`,
   );
 });
+
+Deno.test("ClusterNode paused active that merges a stale active still steps down for a later activation on a third node", async (t) => {
+  // A pauses, B promotes and pauses, C promotes and grants (D replicates it), C dies. When
+  // A and B wake, B hands its (older) state over to A; A must not serve from that merge
+  // alone: D holds C's later activation, so A steps down and D's state survives.
+  for (const gap of [0, 300, 600, 900]) {
+    await t.step(`B resumed ${gap} ms after A`, async () => {
+      const sim = new SimCluster({ size: 4 });
+      assert.equal((await sim.waitForOneActive()).address, A);
+      await sim.waitForSync();
+      sim.pause(A);
+      assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000));
+      await sim.waitForSync(2000);
+      sim.pause(B);
+      assert.ok(await sim.runUntil(() => sim.node(C).role === "active", 3000));
+      await sim.advance(300);
+      const late = await sim.grant(C, "late:k", 120);
+      await sim.replicated(D, "late:k", late);
+      sim.kill(C);
+      await sim.advance(200);
+      sim.resume(A);
+      await sim.advance(gap);
+      sim.resume(B);
+      const active = await sim.waitForOneActive(10_000);
+      await sim.waitForSync(5000);
+      assert.equal(active.holder("late:k"), late, sim.describe());
+      assert.equal(await sim.request(active.address, "A late:k 30 0.01"), "A late:k T");
+    });
+  }
+});

@@ -12,8 +12,11 @@ const SELF = "a:7001";
 function follower(
   overrides: Partial<FreezeView["fresh"][number]> = {},
 ): FreezeView["fresh"][number] {
-  return { role: "standby", activeAddress: SELF, floor: 100n, mark: 1000n, ...overrides };
+  const address = `c:${7100 + peersMade++}`;
+  return { address, role: "standby", activeAddress: SELF, floor: 100n, mark: 1000n, ...overrides };
 }
+
+let peersMade = 0;
 
 function view(overrides: Partial<FreezeView> = {}): FreezeView {
   return {
@@ -80,4 +83,19 @@ Deno.test("freezeVerdict() parks an active while a peer knows tokens above its r
   assert.equal(freezeVerdict(view({ fresh: [higher, follower()] })), "parked");
   assert.equal(freezeVerdict(view({ fresh: [higher], waited: true })), "parked");
   assert.equal(freezeVerdict(view({ fresh: [follower({ mark: 1000n }), follower()] })), "resume");
+});
+
+Deno.test("freezeVerdict() asks again after a merge: the merged node no longer counts, a later activation still does", () => {
+  const merged = follower({ address: "b:7002", role: "active", activeAddress: "b:7002" });
+  assert.equal(freezeVerdict(view({ fresh: [merged, follower()] })), "parked");
+  const after = { merged: new Set(["b:7002"]) };
+  assert.equal(freezeVerdict(view({ fresh: [merged, follower()], ...after })), "resume");
+  // A third node holds a later activation than the merged one: step down once all are heard.
+  const later = follower({ address: "d:7004", floor: 300n, activeAddress: undefined });
+  assert.equal(freezeVerdict(view({ fresh: [merged, later], peers: 3, ...after })), "parked");
+  assert.equal(freezeVerdict(view({ fresh: [merged, later], peers: 2, ...after })), "step-down");
+  assert.equal(
+    freezeVerdict(view({ fresh: [merged, later], peers: 3, waited: true, ...after })),
+    "step-down",
+  );
 });

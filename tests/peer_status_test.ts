@@ -133,7 +133,7 @@ function stream(mode: "async" | "sync") {
       release: () => true,
       clear() {},
     },
-    tokens: { last: 0n, reserved: 0n, block: 1000n, raiseTo() {} },
+    tokens: { last: 0n, reserved: 0n, announced: 0n, block: 1000n, raiseTo() {} },
     owners: new Owners(),
     clock: () => now,
     network: {

@@ -7,7 +7,9 @@
 
 import assert from "node:assert/strict";
 import type { Role } from "../server/cluster/election.ts";
-import { heartbeatFloor, promotionFloor } from "../server/cluster/succession.ts";
+import { heartbeatFloor, promotionFloor, raiseOnHeartbeat } from "../server/cluster/succession.ts";
+import { TokenStore } from "../server/tokens.ts";
+import { capturingLogger } from "./_logger.ts";
 import { SimCluster } from "./_sim_cluster.ts";
 
 const [A, B] = ["a:7001", "b:7002"];
@@ -18,7 +20,7 @@ function sender(role: Role, activeAddress: string | undefined, mark: bigint) {
 }
 
 Deno.test("heartbeatFloor(): a node that is not active takes an active's mark above its own", () => {
-  const tokens = { last: 10n, reserved: 1000n };
+  const tokens = { last: 10n, announced: 1000n };
   for (const role of ["starting", "standby", "leaving"] as const) {
     const self = { address: B, role };
     assert.equal(heartbeatFloor(self, tokens, sender("active", A, 5000n)), 5000n, role);
@@ -31,7 +33,7 @@ Deno.test("heartbeatFloor(): a node that is not active takes an active's mark ab
 
 Deno.test("heartbeatFloor(): an active takes only a follower's mark above its reserved block", () => {
   const self = { address: A, role: "active" as const };
-  const tokens = { last: 10n, reserved: 1000n };
+  const tokens = { last: 10n, announced: 1000n };
   assert.equal(heartbeatFloor(self, tokens, sender("standby", A, 5000n)), 5000n);
   assert.equal(heartbeatFloor(self, tokens, sender("starting", A, 5000n)), 5000n);
   // Its own mark, learned from it: raising to it would skip a block at every heartbeat.
@@ -69,4 +71,35 @@ Deno.test("ClusterNode: an active rises above the tokens a rejoining node issued
   const after = await sim.grant(A, "k:after");
   assert.ok(after > onB, `A's next token ${after} is above B's ${onB}`);
   assert.equal(sim.node(A).role, "active");
+});
+
+Deno.test("raiseOnHeartbeat(): a follower's mark the active announced, still being written, raises nothing", async () => {
+  // The active announces a background reservation (W) before its write completes; a
+  // follower's heartbeat carrying that mark must not look like a token this active never
+  // issued (a false 'tokens raised' warning, and a skipped block).
+  const dir = await Deno.makeTempDir({ prefix: "lockd-succession-" });
+  const log = capturingLogger();
+  const announced: bigint[] = [];
+  const store = TokenStore.open(dir, {
+    block: 100n,
+    log,
+    onReserve: (m) => void announced.push(m),
+  });
+  try {
+    let token = 0n;
+    while (announced.length < 2) token = store.next(); // the background reservation starts
+    const pending = announced.at(-1)!;
+    assert.ok(store.reserved < pending, "its write is still in flight");
+    assert.equal(store.announced, pending);
+    const self = { address: A, role: "active" as const };
+    raiseOnHeartbeat(self, store, B, sender("standby", A, pending), log);
+    assert.deepEqual(log.lines.filter((l) => l.startsWith("warn")), []);
+    assert.equal(store.next(), token + 1n, "no token skipped");
+    // A follower's mark above anything announced still raises the active.
+    raiseOnHeartbeat(self, store, B, sender("standby", A, pending + 5000n), log);
+    assert.equal(store.next(), pending + 5001n);
+  } finally {
+    await store.close();
+    await Deno.remove(dir, { recursive: true });
+  }
 });

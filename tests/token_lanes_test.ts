@@ -5,7 +5,7 @@
  */
 
 import assert from "node:assert/strict";
-import { LANE_SLAB, laneOf, TOKEN_LANES, tokenAfter } from "../server/token_lanes.ts";
+import { LANE_SLAB, laneAhead, laneOf, TOKEN_LANES, tokenAfter } from "../server/token_lanes.ts";
 import { TokenStore } from "../server/tokens.ts";
 import { capturingLogger } from "./_logger.ts";
 import { mulberry32 } from "./_prng.ts";
@@ -46,6 +46,55 @@ Deno.test("tokenAfter() gives the smallest token above `last` in the lane, for a
     // Nothing of the lane between: either consecutive, or the first token of its slab.
     assert.ok(token === last + 1n || token % LANE_SLAB === 0n, `${last} -> ${token}`);
     if (token !== last + 1n) assert.notEqual(laneOfToken(last + 1n), lane);
+  }
+});
+
+Deno.test("laneAhead() is the count-th token of the lane, slab jumps included", () => {
+  assert.equal(laneAhead(41n, 5n, undefined), 46n);
+  assert.equal(laneAhead(41n, 5n, 0), 46n);
+  assert.equal(laneAhead(LANE_SLAB - 3n, 5n, 0), LANE_SLAB * LANES + 2n);
+  const random = mulberry32(11);
+  for (let i = 0; i < 2000; i++) {
+    const lane = Math.floor(random() * TOKEN_LANES);
+    // Near the end of one of the lane's slabs, or anywhere.
+    const slab = BigInt(lane) + LANES * BigInt(Math.floor(random() * 1000));
+    const from = random() < 0.5
+      ? (slab + 1n) * LANE_SLAB - BigInt(Math.floor(random() * 50))
+      : BigInt(Math.floor(random() * 2 ** 40));
+    const count = BigInt(1 + Math.floor(random() * 100));
+    let at = from;
+    for (let n = 0n; n < count; n++) at = tokenAfter(at, lane);
+    assert.equal(laneAhead(from, count, lane), at, `${from} + ${count} in lane ${lane}`);
+  }
+});
+
+Deno.test("TokenStore announces a jump to its lane's next slab half a block before it", async () => {
+  // A token reserved only by the write just before its grant would be lost with that
+  // grant's replication at a kill -9, and a successor could start below it.
+  const dir = await Deno.makeTempDir({ prefix: "lockd-lanes-" });
+  try {
+    const announced: bigint[] = [];
+    const store = TokenStore.open(dir, {
+      lane: 1,
+      block: 1000n,
+      log: capturingLogger(),
+      onReserve: (mark) => void announced.push(mark),
+    });
+    store.raiseTo(LANE_SLAB * 2n - 3000n); // 3,000 tokens before the end of lane 1's slab
+    const nextSlab = LANE_SLAB * (LANES + 1n);
+    let issued = 0;
+    let announcedAt: number | undefined;
+    for (;;) {
+      const token = store.next();
+      issued++;
+      if (announcedAt === undefined && announced.some((m) => m >= nextSlab)) announcedAt = issued;
+      if (token >= nextSlab) break;
+    }
+    assert.equal(issued, 3000);
+    assert.ok(announcedAt !== undefined && issued - announcedAt >= 500, `at ${announcedAt}`);
+    await store.close();
+  } finally {
+    await Deno.remove(dir, { recursive: true });
   }
 });
 
@@ -106,6 +155,28 @@ Deno.test("ClusterNode: the two actives of a partition never issue the same toke
   assert.deepEqual(new Set(onA.map(laneOfToken)), new Set([0]));
   assert.deepEqual(new Set(onB.map(laneOfToken)), new Set([1]));
   void C;
+});
+
+Deno.test("ClusterNode: a successor starts above a slab jump the dead active made, replicated or not", async () => {
+  // The wall clock is held still, so that only the marks can keep the successor above.
+  const sim = new SimCluster({ size: 2, wallClock: () => 0 });
+  const [A, B] = sim.addresses;
+  for (const node of [A, B]) sim.kill(node);
+  // B (lane 1) starts 10 tokens before the end of its slab 65 (its floor adds two blocks).
+  sim.writeMark(B, 66n * LANE_SLAB - 2_000_000n - 10n);
+  sim.start(B);
+  assert.equal((await sim.waitForOneActive()).address, B);
+  sim.start(A);
+  await sim.waitForSync();
+  await sim.grant(B, "busy:k");
+  sim.connect(B).send("A busy:k 30 30"); // a waiter holds the failback back
+  await sim.advance(10);
+  const onB: bigint[] = [];
+  do onB.push(await sim.grant(B, `jump:${onB.length}`)); while (onB.at(-1)! < 66n * LANE_SLAB);
+  sim.kill(B, { dropInFlight: true }); // the last grant's lines never reach A
+  assert.equal((await sim.waitForOneActive(5000)).address, A, sim.describe());
+  const next = await sim.grant(A, "jump:after");
+  assert.ok(next > onB.at(-1)!, `A granted ${next} after B had granted ${onB.at(-1)}`);
 });
 
 Deno.test("main() exits 2 when --peers lists more than 64 nodes", async () => {

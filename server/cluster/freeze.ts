@@ -12,6 +12,7 @@ export class FreezeDetector {
   #lastTick: number;
   #since: number | undefined;
   #limitMs: number;
+  #merged = new Set<string>();
 
   /**
    * @param now The clock at start (ms).
@@ -32,7 +33,22 @@ export class FreezeDetector {
     if (this.#since !== undefined || now - this.#lastTick <= this.#limitMs) return false;
     this.#since = now;
     this.#lastTick = now;
+    this.#merged.clear();
     return true;
+  }
+
+  /**
+   * The state of `address` (an active) was merged into this node's: during a freeze it no
+   * longer counts as another active. Returns when the freeze was noticed, if one is on.
+   */
+  merged(address: string): number | undefined {
+    if (this.#since !== undefined) this.#merged.add(address);
+    return this.#since;
+  }
+
+  /** The nodes whose state was merged into this one's during the current freeze. */
+  get mergedPeers(): ReadonlySet<string> {
+    return this.#merged;
   }
 
   /** A heartbeat ran at `now`. */
@@ -44,6 +60,7 @@ export class FreezeDetector {
   clear(): boolean {
     const was = this.#since !== undefined;
     this.#since = undefined;
+    this.#merged.clear();
     return was;
   }
 }
@@ -54,11 +71,17 @@ export interface FreezeView {
   active: boolean;
   /** The live peers heard since the freeze was noticed. */
   fresh: readonly {
+    address: string;
     role: string;
     activeAddress: string | undefined;
     floor: bigint;
     mark: bigint;
   }[];
+  /**
+   * Peers whose state it merged since (their `HANDOFF`): they follow it now, whatever their
+   * last heartbeat said.
+   */
+  merged?: ReadonlySet<string>;
   /** How many peers it has in all. */
   peers: number;
   /** Whether a failover timeout has passed since the freeze was noticed. */
@@ -78,7 +101,8 @@ export interface FreezeView {
  *
  * - stays `parked` while a peer shows that another node is active (one that is active or
  *   handing off, or names another active): that node's state is to be merged into its own
- *   (its `HANDOFF`);
+ *   (its `HANDOFF`); a node whose state it merged no longer counts, and it asks again at
+ *   once, since another peer may still know a later activation;
  * - stays `parked` too while a peer knows a later activation (a higher floor) or tokens
  *   above any this node reserved, until it has heard every peer (or a failover timeout
  *   passed);
@@ -91,8 +115,8 @@ export function freezeVerdict(view: FreezeView): "wait" | "parked" | "resume" | 
   if (view.fresh.length === 0 && !view.waited) return "wait";
   if (!view.active) return "resume";
   const activeElsewhere = view.fresh.some((p) =>
-    p.role === "active" || p.role === "handing-off" ||
-    (p.activeAddress !== undefined && p.activeAddress !== view.self)
+    !view.merged?.has(p.address) && (p.role === "active" || p.role === "handing-off" ||
+      (p.activeAddress !== undefined && p.activeAddress !== view.self))
   );
   if (activeElsewhere) return "parked";
   const later = view.fresh.some((p) => p.floor > view.floor);

@@ -37,10 +37,10 @@ export interface HandoverHost {
   /** The handover failed and this node is not leaving: serve again. */
   stillActive(): void;
   /**
-   * Another active's state was merged into this active one: stop waiting for it. `lastToken`
-   * is the last token that active issued (at or above its activation's floor).
+   * The state of `from`, another active, was merged into this active one: stop waiting for
+   * it. `lastToken` is the last token `from` issued (at or above its activation's floor).
    */
-  merged(lastToken: bigint): void;
+  merged(from: string, lastToken: bigint): void;
   /** The takeover from `from` is committed: become active with `activation`. */
   becomeActive(from: string, activation: string): void;
   /** The takeover this node agreed to did not happen: serve parked requests as a standby. */
@@ -155,7 +155,7 @@ export class Handover {
       type: "HANDOFF",
       activation: host.activation!,
       lastToken: tokens.last,
-      mark: tokens.reserved,
+      mark: tokens.announced,
       mode: full ? "full" : "sync",
       predecessor: host.predecessor.activation,
       predecessorToken: host.predecessor.token,
@@ -229,7 +229,7 @@ export class Handover {
         event: "handover-merged",
         peer: from,
       });
-      host.merged(header.lastToken);
+      host.merged(from, header.lastToken);
       this.#ctx.network.send(from, { type: "TAKEN", activation: host.activation! });
       host.announce();
       return;

@@ -115,13 +115,12 @@ export class ClusterNode implements PeerReceiver {
         port.resumeTimers();
         this.#announce();
       },
-      merged: (lastToken) => {
+      merged: (from, lastToken) => {
         // Its state now holds the other activation's too: rank it no lower (election.ts).
         this.replica.raiseFloor(lastToken);
-        if (this.#freeze.clear()) {
-          port.unpark();
-          port.resumeTimers();
-        }
+        // A frozen node asks again: a peer may still hold a later activation than `from`'s.
+        const since = this.#freeze.merged(from);
+        if (since !== undefined) this.#settleFreeze(since, port.clock());
       },
       becomeActive: (from, activation) => this.#becomeActive(`took over from ${from}`, activation),
       notTaken: () => port.unpark(),
@@ -351,11 +350,12 @@ export class ClusterNode implements PeerReceiver {
     const verdict = freezeVerdict({
       active: this.#role === "active",
       fresh: this.#peers.heardAfter(since, now),
+      merged: this.#freeze.mergedPeers,
       peers: this.#peers.size,
       waited: now - since >= this.#options.failoverTimeoutMs,
       self: this.#self,
       floor: this.replica.floor,
-      reserved: this.#port.tokens.reserved,
+      reserved: this.#port.tokens.announced,
     });
     if (verdict === "wait") return false;
     if (verdict === "step-down") this.#stepDown();

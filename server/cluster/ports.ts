@@ -39,6 +39,12 @@ export interface TokenMark {
   readonly last: bigint;
   /** The mark reserved on disk. */
   readonly reserved: bigint;
+  /**
+   * The highest mark announced to the standbys (`W`): the reserved one, or one whose write is
+   * still in flight. No token above it has been issued. What peers are told, and what they
+   * are compared with.
+   */
+  readonly announced: bigint;
   /** Tokens per reserved block. */
   readonly block: bigint;
   /** Makes every later token greater than `floor`, persisting it. */

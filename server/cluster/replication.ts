@@ -106,7 +106,7 @@ export class ReplicationStream implements ReplyGate {
         owner: held.owner,
       });
     }
-    network.send(address, { type: "W", mark: tokens.reserved });
+    network.send(address, { type: "W", mark: tokens.announced });
     network.send(address, { type: "SNAPEND" });
     this.#followers.set(address, { since: this.#seq + 1, acked: 0 });
     // The next seal numbers a batch, so the new standby acknowledges (and is in sync) soon.

@@ -52,8 +52,8 @@ export function promotionFloor(input: SuccessionInput): bigint {
  * reserved, which it may issue up to; any other node the highest token or mark it knows of
  * (announcing its own reservations would make nodes raise each other block after block).
  */
-export function announcedMark(role: Role, tokens: { last: bigint; reserved: bigint }): bigint {
-  return role === "active" || role === "handing-off" ? tokens.reserved : tokens.last;
+export function announcedMark(role: Role, tokens: { last: bigint; announced: bigint }): bigint {
+  return role === "active" || role === "handing-off" ? tokens.announced : tokens.last;
 }
 
 /** A heartbeat's sender, as {@linkcode heartbeatFloor} needs it. */
@@ -90,13 +90,13 @@ export interface MarkSender {
  */
 export function heartbeatFloor(
   self: { address: string; role: Role },
-  tokens: { last: bigint; reserved: bigint },
+  tokens: { last: bigint; announced: bigint },
   peer: MarkSender,
 ): bigint | undefined {
   if (self.role === "active") {
     const follower = peer.role !== "active" && peer.role !== "handing-off" &&
       peer.activeAddress === self.address;
-    return follower && peer.mark > tokens.reserved ? peer.mark : undefined;
+    return follower && peer.mark > tokens.announced ? peer.mark : undefined;
   }
   if (self.role === "handing-off" || peer.role !== "active") return undefined;
   return peer.mark > tokens.last ? peer.mark : undefined;
