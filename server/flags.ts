@@ -35,7 +35,7 @@ export const FLAGS: readonly Flag[] = [
     name: "peers",
     env: "LOCKD_PEERS",
     value: "A:P,B:P,...",
-    help: "The cluster, in priority order (first = highest), at most 64\n" +
+    help: "The cluster, in priority order (first = highest), at most 16\n" +
       "nodes. The same list on every node; it must contain this node's\n" +
       "--advertise address. Default: a single node.",
   },

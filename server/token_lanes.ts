@@ -11,7 +11,7 @@
  */
 
 /** Lanes of the token space: a cluster has at most this many nodes. */
-export const TOKEN_LANES = 64;
+export const TOKEN_LANES = 16;
 
 /** Tokens per slab (2^20): a lane's tokens are consecutive within one. */
 export const LANE_SLAB: bigint = 1n << 20n;
@@ -20,7 +20,7 @@ const LANES = BigInt(TOKEN_LANES);
 
 /**
  * The token a node issues after `last` (its last token, or a floor it was raised to): the
- * next one in lane `lane` (its position in `--peers`, 0 to 63), or `last + 1` for a single
+ * next one in lane `lane` (its position in `--peers`, 0 to 15), or `last + 1` for a single
  * node (`undefined`). May pass 2^64-1: the caller refuses that.
  *
  * @example
@@ -28,7 +28,7 @@ const LANES = BigInt(TOKEN_LANES);
  * tokenAfter(41n, undefined); // 42n
  * tokenAfter(41n, 0); // 42n: slab 0 is lane 0's
  * tokenAfter(41n, 1); // 1048576n: the start of slab 1, lane 1's first
- * tokenAfter(1048576n * 2n - 1n, 1); // 1048576n * 65n: past slab 1, lane 1's next is slab 65
+ * tokenAfter(1048576n * 2n - 1n, 1); // 1048576n * 17n: past slab 1, lane 1's next is slab 17
  * ```
  */
 export function tokenAfter(last: bigint, lane: number | undefined): bigint {
@@ -65,7 +65,7 @@ export function laneOf(self: string, peers: readonly string[]): number {
  * @example
  * ```ts ignore
  * laneAhead(41n, 5n, undefined); // 46n
- * laneAhead(LANE_SLAB - 3n, 5n, 0); // 64n * LANE_SLAB + 2n: two in slab 0, three in slab 64
+ * laneAhead(LANE_SLAB - 3n, 5n, 0); // 16n * LANE_SLAB + 2n: two in slab 0, three in slab 16
  * ```
  */
 export function laneAhead(from: bigint, count: bigint, lane: number | undefined): bigint {
@@ -79,4 +79,15 @@ export function laneAhead(from: bigint, count: bigint, lane: number | undefined)
     left -= last - next + 1n;
     at = last;
   }
+}
+
+/**
+ * How far past a known token `count` tokens of some lane can reach, at most: `laneAhead(x,
+ * count, lane) - x <= laneReach(count)` for every `x` and lane. A promotion adds it to the
+ * marks it knows (succession.ts): whichever lane the dead active issued from, the tokens it
+ * may have issued past the last mark this node heard are below the new floor.
+ */
+export function laneReach(count: bigint): bigint {
+  const slabs = (count + LANE_SLAB - 1n) / LANE_SLAB;
+  return slabs * LANES * LANE_SLAB;
 }

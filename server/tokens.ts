@@ -209,10 +209,7 @@ export class TokenStore {
     if (floor <= this.#last) return;
     if (floor >= MAX_TOKEN) throw new TokensExhaustedError();
     this.#last = floor;
-    // Its next token may be in a later slab of its lane: reserve (and announce) past it.
-    if (laneAhead(floor, 1n, this.#lane) > this.#durable) {
-      this.#reserveSync(laneAhead(floor, this.#block, this.#lane));
-    }
+    if (floor + 1n > this.#durable) this.#reserveSync(floor + this.#block);
   }
 
   /**

@@ -77,9 +77,7 @@ export class FakeTokenMark implements TokenMark {
   raiseTo(floor: bigint): void {
     if (floor <= this.#last) return;
     this.#last = floor;
-    if (laneAhead(floor, 1n, this.#lane) > this.#reserved) {
-      this.#reserve(laneAhead(floor, this.block, this.#lane));
-    }
+    if (floor + 1n > this.#reserved) this.#reserve(floor + this.block);
   }
 
   #reserve(mark: bigint): void {

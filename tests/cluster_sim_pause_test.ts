@@ -214,3 +214,120 @@ Deno.test("ClusterNode paused active that merges a stale active still steps down
     });
   }
 });
+
+Deno.test("ClusterNode paused again before its first freeze settled starts listening again", async (t) => {
+  // The second pause used to count as time spent listening: the node woke with a stale
+  // view of its peers and acted on it at once.
+  await t.step("a standby does not promote over a healthy active", async () => {
+    const sim = await settled(3);
+    sim.pause(C);
+    const onA = await sim.grant(A, "twice:k");
+    await sim.advance(1100);
+    sim.resume(C);
+    await sim.advance(1);
+    sim.pause(C);
+    await sim.advance(1100);
+    sim.resume(C);
+    await sim.advance(5);
+    const onC = await sim.request(C, "A twice:k 30 0");
+    assert.notEqual(onC?.split(" ")[2], "A", `C granted: ${onC}\n${sim.describe()}`);
+    assert.equal((await sim.waitForOneActive(5000)).address, A, sim.describe());
+    assert.equal(sim.node(A).holder("twice:k"), onA);
+    assert.ok(!sim.node(C).roles.some((r) => r.role === "active"), sim.describe());
+  });
+  await t.step("an active grants nothing from its stale table", async () => {
+    const sim = await settled(3);
+    sim.pause(A);
+    await sim.advance(600);
+    sim.resume(A);
+    await sim.advance(1);
+    sim.pause(A);
+    assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000));
+    const onB = await sim.grant(B, "twice:k");
+    const buffered = sim.connect(A);
+    buffered.send("A twice:k 30 0");
+    await sim.advance(300);
+    sim.resume(A);
+    await sim.waitForOneActive(5000);
+    await sim.advance(500);
+    const tokens = grants(buffered.replies);
+    assert.ok(tokens.every((t) => t > onB), `granted ${tokens}, below ${onB}\n${sim.describe()}`);
+  });
+});
+
+Deno.test("ClusterNode active paused while handing over does not merge a stale HANDOFF", async () => {
+  // B, active while A was paused, hands over to A once A wakes; A pauses again, B gives up,
+  // passes an expired lease to its waiter and hands over again. The first HANDOFF waited in
+  // A's socket: merging it (and B taking its TAKEN for the second) lost the waiter's grant.
+  const sim = await settled(2);
+  sim.pause(A);
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000));
+  await sim.grant(B, "stale:k", 0.6);
+  const waiter = sim.connect(B);
+  waiter.send("A stale:k 30 0");
+  await sim.advance(5);
+  sim.resume(A);
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "handing-off", 3000));
+  sim.pause(A);
+  assert.ok(await sim.runUntil(() => waiter.replies.length > 0, 1000), sim.describe());
+  const [granted] = grants(waiter.replies);
+  assert.ok(granted !== undefined, `${waiter.replies}`);
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "handing-off", 1000));
+  await sim.advance(20);
+  sim.resume(A);
+  const active = await sim.waitForOneActive(5000);
+  await sim.advance(1000);
+  assert.equal(active.holder("stale:k"), granted, sim.describe());
+  assert.equal(await sim.request(active.address, "A stale:k 30 0.01"), "A stale:k T");
+});
+
+Deno.test("ClusterNode frozen active handing over passes its leases as they stand: no stale grant to its waiter", async () => {
+  const sim = await settled(2);
+  sim.kill(A);
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000));
+  // Acquires queued on B hold the failback back (FAILBACK_SETTLE_MS) once A is in sync.
+  await sim.grant(B, "frozen:hold", 60);
+  sim.connect(B).send("A frozen:hold 30 0");
+  await sim.grant(B, "frozen:k", 1);
+  const waiter = sim.connect(B);
+  waiter.send("A frozen:k 30 0");
+  await sim.advance(5);
+  sim.start(A);
+  await sim.waitForSync(3000);
+  sim.pause(B); // its 1 s lease runs out while it is paused; A takes over
+  assert.ok(await sim.runUntil(() => sim.node(A).role === "active", 3000), sim.describe());
+  await sim.advance(1000);
+  const onA = await sim.grant(A, "frozen:k");
+  sim.resume(B); // B hands its state over to A (demotion)
+  assert.equal((await sim.waitForOneActive(5000)).address, A);
+  await sim.advance(500);
+  assert.deepEqual(grants(waiter.replies), [], `B's waiter granted a stale lease (A: ${onA})`);
+  assert.equal(sim.node(A).holder("frozen:k"), onA);
+});
+
+Deno.test("ClusterNode stepping down after a merge still answers TAKEN with its activation", async () => {
+  // The merge case above, with B's HANDOFF held back until A has listened long enough to
+  // know of D's later activation: A answers B's HANDOFF first, then steps down.
+  const sim = new SimCluster({ size: 4 });
+  assert.equal((await sim.waitForOneActive()).address, A);
+  await sim.waitForSync();
+  sim.pause(A);
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000));
+  await sim.waitForSync(2000);
+  sim.pause(B);
+  assert.ok(await sim.runUntil(() => sim.node(C).role === "active", 3000));
+  await sim.advance(300);
+  const late = await sim.grant(C, "taken:k", 120);
+  await sim.replicated(D, "taken:k", late);
+  sim.kill(C);
+  await sim.advance(200);
+  sim.cut(A, B, "hold");
+  sim.resume(A);
+  sim.resume(B);
+  await sim.advance(1000);
+  sim.heal();
+  const active = await sim.waitForOneActive(10_000);
+  await sim.waitForSync(5000);
+  assert.deepEqual(sim.sent.filter((l) => / undefined\b/.test(l.line)).map((l) => l.line), []);
+  assert.equal(active.holder("taken:k"), late, sim.describe());
+});

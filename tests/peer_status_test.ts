@@ -113,7 +113,10 @@ Deno.test("clusterReady() is true for a serving active and an in-sync standby on
 });
 
 /** A replication stream on a fake clock and network. */
-function stream(mode: "async" | "sync") {
+function stream(
+  mode: "async" | "sync",
+  more: { live?: (address: string) => boolean; frozen?: () => boolean } = {},
+) {
   let now = 0;
   let streaming = true;
   const warnings: string[] = [];
@@ -145,7 +148,7 @@ function stream(mode: "async" | "sync") {
     },
     scheduler: { every: () => () => {}, after: () => () => {} },
   };
-  const s = new ReplicationStream(ctx, { streaming: () => streaming, mode, log });
+  const s = new ReplicationStream(ctx, { streaming: () => streaming, mode, log, ...more });
   const seqs = () =>
     sent.filter(([, m]) => m.type === "SEQ").map(([to, m]) =>
       `${to} ${(m as { seq: number }).seq}`
@@ -220,4 +223,27 @@ Deno.test("sync replication logs degraded and in sync again by name, and nothing
     "replication in sync again (10.0.0.2:7321)",
     "replication degraded: no standby in sync, answering without acknowledgements",
   ]);
+});
+
+Deno.test("sync replication holds what no standby acknowledged while the node is frozen", () => {
+  // After its own pause, an active hears nobody within the failover timeout: its view, not
+  // its standbys, is stale. It must not degrade and release an unacknowledged reply then.
+  let frozen = false;
+  let live = true;
+  const { s, warnings } = stream("sync", { live: () => live, frozen: () => frozen });
+  s.snapshot("b:1", "act", 0n);
+  s.seal();
+  s.acked("b:1", 1);
+  s.held("k", 1n, 1000, 0);
+  s.seal(); // batch 2: a reply waits for it
+  assert.equal(s.reached(), 1);
+  frozen = true;
+  live = false;
+  assert.equal(s.reached(), 1, "batch 2 is still held");
+  s.check();
+  assert.equal(s.degraded, false);
+  assert.deepEqual(warnings, []);
+  frozen = false; // settled, and b:1 is really gone
+  assert.equal(s.reached(), Infinity, "degraded: replies go out unacknowledged");
+  assert.equal(s.degraded, true);
 });

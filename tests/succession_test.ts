@@ -9,6 +9,7 @@ import assert from "node:assert/strict";
 import type { Role } from "../server/cluster/election.ts";
 import { heartbeatFloor, promotionFloor, raiseOnHeartbeat } from "../server/cluster/succession.ts";
 import { TokenStore } from "../server/tokens.ts";
+import { LANE_SLAB, laneReach } from "../server/token_lanes.ts";
 import { capturingLogger } from "./_logger.ts";
 import { SimCluster } from "./_sim_cluster.ts";
 
@@ -49,7 +50,9 @@ Deno.test("heartbeatFloor(): an active takes only a follower's mark above its re
 Deno.test("promotionFloor(): two blocks above every known mark, and above the wall clock in a cluster", () => {
   const base = { last: 10n, peersMark: 30n, block: 1000n, wallMs: 5 };
   assert.equal(promotionFloor({ ...base, clustered: false }), 2030n);
-  assert.equal(promotionFloor({ ...base, clustered: true }), 5_000_000n + 2000n);
+  // In a cluster, two blocks of any lane (token_lanes.ts): 16 slabs for blocks this small.
+  assert.equal(promotionFloor({ ...base, clustered: true }), 5_000_000n + 16n * LANE_SLAB);
+  assert.equal(promotionFloor({ ...base, clustered: true }), 5_000_000n + laneReach(2000n));
 });
 
 Deno.test("ClusterNode: an active rises above the tokens a rejoining node issued while it was active alone", async () => {

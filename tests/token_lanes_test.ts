@@ -5,7 +5,14 @@
  */
 
 import assert from "node:assert/strict";
-import { LANE_SLAB, laneAhead, laneOf, TOKEN_LANES, tokenAfter } from "../server/token_lanes.ts";
+import {
+  LANE_SLAB,
+  laneAhead,
+  laneOf,
+  laneReach,
+  TOKEN_LANES,
+  tokenAfter,
+} from "../server/token_lanes.ts";
 import { TokenStore } from "../server/tokens.ts";
 import { capturingLogger } from "./_logger.ts";
 import { mulberry32 } from "./_prng.ts";
@@ -98,12 +105,26 @@ Deno.test("TokenStore announces a jump to its lane's next slab half a block befo
   }
 });
 
-Deno.test("laneOf() is the node's position in --peers, for at most 64 nodes", () => {
+Deno.test("laneReach() bounds how far any lane's next tokens reach", () => {
+  const random = mulberry32(13);
+  for (let i = 0; i < 3000; i++) {
+    const lane = Math.floor(random() * TOKEN_LANES);
+    const from = BigInt(Math.floor(random() * 2 ** 40));
+    const count = BigInt(1 + Math.floor(random() * 3 * Number(LANE_SLAB)));
+    assert.ok(laneAhead(from, count, lane) - from <= laneReach(count), `${from} ${count} ${lane}`);
+  }
+  // The worst case: from the last token of one of the lane's slabs.
+  const count = 2_000_000n;
+  const worst = laneAhead(LANE_SLAB - 1n, count, 0) - (LANE_SLAB - 1n);
+  assert.ok(worst <= laneReach(count) && worst > laneReach(count) - LANE_SLAB, `${worst}`);
+});
+
+Deno.test("laneOf() is the node's position in --peers, for at most 16 nodes", () => {
   const peers = Array.from({ length: TOKEN_LANES }, (_, i) => `10.0.0.${i}:7321`);
   assert.equal(laneOf("10.0.0.0:7321", peers), 0);
-  assert.equal(laneOf("10.0.0.63:7321", peers), 63);
+  assert.equal(laneOf("10.0.0.15:7321", peers), 15);
   assert.throws(() => laneOf("10.0.0.99:7321", peers), RangeError);
-  assert.throws(() => laneOf("10.0.0.0:7321", [...peers, "10.0.1.0:7321"]), /at most 64 nodes/);
+  assert.throws(() => laneOf("10.0.0.0:7321", [...peers, "10.0.1.0:7321"]), /at most 16 nodes/);
 });
 
 Deno.test("TokenStore with a lane issues only its lane's tokens, across raises and reservations", async () => {
@@ -162,8 +183,9 @@ Deno.test("ClusterNode: a successor starts above a slab jump the dead active mad
   const sim = new SimCluster({ size: 2, wallClock: () => 0 });
   const [A, B] = sim.addresses;
   for (const node of [A, B]) sim.kill(node);
-  // B (lane 1) starts 10 tokens before the end of its slab 65 (its floor adds two blocks).
-  sim.writeMark(B, 66n * LANE_SLAB - 2_000_000n - 10n);
+  // B (lane 1) starts 10 tokens before the end of its slab 17 (its floor adds two blocks of
+  // any lane).
+  sim.writeMark(B, 18n * LANE_SLAB - laneReach(2_000_000n) - 10n);
   sim.start(B);
   assert.equal((await sim.waitForOneActive()).address, B);
   sim.start(A);
@@ -172,17 +194,17 @@ Deno.test("ClusterNode: a successor starts above a slab jump the dead active mad
   sim.connect(B).send("A busy:k 30 30"); // a waiter holds the failback back
   await sim.advance(10);
   const onB: bigint[] = [];
-  do onB.push(await sim.grant(B, `jump:${onB.length}`)); while (onB.at(-1)! < 66n * LANE_SLAB);
+  do onB.push(await sim.grant(B, `jump:${onB.length}`)); while (onB.at(-1)! < 18n * LANE_SLAB);
   sim.kill(B, { dropInFlight: true }); // the last grant's lines never reach A
   assert.equal((await sim.waitForOneActive(5000)).address, A, sim.describe());
   const next = await sim.grant(A, "jump:after");
   assert.ok(next > onB.at(-1)!, `A granted ${next} after B had granted ${onB.at(-1)}`);
 });
 
-Deno.test("main() exits 2 when --peers lists more than 64 nodes", async () => {
+Deno.test("main() exits 2 when --peers lists more than 16 nodes", async () => {
   const [self] = freePorts(1).map((p) => `127.0.0.1:${p}`);
   const others = Array.from({ length: TOKEN_LANES }, (_, i) => `10.9.${i >> 8}.${i & 255}:7321`);
   const out = await runMain(["--listen", self, "--peers", [self, ...others].join(",")]);
   assert.equal(out.code, 2, out.stderr);
-  assert.match(out.stderr, /--peers lists 65 nodes, at most 64 are supported/);
+  assert.match(out.stderr, /--peers lists 17 nodes, at most 16 are supported/);
 });

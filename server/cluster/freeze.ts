@@ -28,9 +28,13 @@ export class FreezeDetector {
     return this.#since;
   }
 
-  /** Checks the gap since the last heartbeat; returns `true` when it just noticed a freeze. */
+  /**
+   * Checks the gap since the last heartbeat; returns `true` when it just noticed a freeze. A
+   * second freeze while one is being settled starts it again: what the node heard between
+   * the two is as old as what it heard before the first.
+   */
   check(now: number): boolean {
-    if (this.#since !== undefined || now - this.#lastTick <= this.#limitMs) return false;
+    if (now - this.#lastTick <= this.#limitMs) return false;
     this.#since = now;
     this.#lastTick = now;
     this.#merged.clear();

@@ -162,7 +162,9 @@ export class Handover {
     });
     if (full) {
       const now = this.#ctx.clock();
-      const holders = [...table.holders()];
+      // As they stand: leases are frozen while handing over (and a frozen node's are stale);
+      // the successor settles what ran out.
+      const holders = [...table.holders(false)];
       const owners = new Set(holders.map((h) => h.owner));
       for (const owner of this.#ctx.owners.all()) {
         if (owners.has(owner.id)) network.send(to, { type: "O", ...owner });

@@ -116,11 +116,10 @@ export class ClusterNode implements PeerReceiver {
         this.#announce();
       },
       merged: (from, lastToken) => {
-        // Its state now holds the other activation's too: rank it no lower (election.ts).
-        this.replica.raiseFloor(lastToken);
-        // A frozen node asks again: a peer may still hold a later activation than `from`'s.
+        this.replica.raiseFloor(lastToken); // its state covers that activation too
+        // A frozen node may resume at once; a step-down waits for the tick (after TAKEN).
         const since = this.#freeze.merged(from);
-        if (since !== undefined) this.#settleFreeze(since, port.clock());
+        if (since !== undefined) this.#settleFreeze(since, port.clock(), true);
       },
       becomeActive: (from, activation) => this.#becomeActive(`took over from ${from}`, activation),
       notTaken: () => port.unpark(),
@@ -134,6 +133,7 @@ export class ClusterNode implements PeerReceiver {
       streaming: () => this.#role === "active",
       mode: options.replication,
       live: (address) => this.#peers.heardSince(-Infinity, port.clock(), address),
+      frozen: () => this.frozenSince() !== undefined,
       log: port.log,
     });
   }
@@ -346,7 +346,7 @@ export class ClusterNode implements PeerReceiver {
   }
 
   /** After a freeze: whether the tick may go on to decide (see {@linkcode freezeVerdict}). */
-  #settleFreeze(since: number, now: number): boolean {
+  #settleFreeze(since: number, now: number, resumeOnly = false): boolean {
     const verdict = freezeVerdict({
       active: this.#role === "active",
       fresh: this.#peers.heardAfter(since, now),
@@ -358,7 +358,7 @@ export class ClusterNode implements PeerReceiver {
       reserved: this.#port.tokens.announced,
     });
     if (verdict === "wait") return false;
-    if (verdict === "step-down") this.#stepDown();
+    if (verdict === "step-down" && !resumeOnly) this.#stepDown();
     else if (verdict === "resume" && this.#freeze.clear() && this.#role === "active") {
       this.#port.unpark();
       this.#port.resumeTimers();

@@ -35,6 +35,11 @@ export interface ReplicationOptions {
   mode?: ReplicationMode;
   /** Whether a standby is live (heard within the failover timeout). */
   live?(address: string): boolean;
+  /**
+   * Whether this node was frozen and has not settled it yet: it cannot tell who is live, so
+   * it neither degrades nor counts liveness (a reply no standby acknowledged waits).
+   */
+  frozen?(): boolean;
   /** Where the sync mode's state changes are reported. */
   log?: Logger;
 }
@@ -238,11 +243,14 @@ export class ReplicationStream implements ReplyGate {
   reached(): number {
     let reached = 0;
     let inSync: string | undefined;
+    const frozen = this.#options.frozen?.() === true;
     for (const [address, follower] of this.#followers) {
-      if (follower.acked < follower.since || this.#options.live?.(address) === false) continue;
+      if (follower.acked < follower.since) continue;
+      if (!frozen && this.#options.live?.(address) === false) continue;
       inSync ??= address;
       if (follower.acked > reached) reached = follower.acked;
     }
+    if (frozen && this.#sync) return reached;
     const degraded = this.#sync && this.#options.streaming() && inSync === undefined;
     if (degraded !== this.#degraded) {
       this.#degraded = degraded;

@@ -10,6 +10,7 @@
 import type { Logger } from "../log.ts";
 import type { Role } from "./election.ts";
 import type { TokenMark } from "./ports.ts";
+import { laneReach } from "../token_lanes.ts";
 
 /** What a node knows of token marks when it promotes. */
 export interface SuccessionInput {
@@ -28,10 +29,12 @@ export interface SuccessionInput {
 /**
  * The token floor of a new activation (docs/cluster.md, "Token succession"): above every
  * token seen replicated or announced and every peer's mark, with two blocks of margin for
- * grants the old active made but had not replicated; and in a cluster above the wall clock
- * in nanoseconds, so that even a node that missed the latest activation (it died first,
- * then came back alone) starts above it, as long as clocks agree and the cluster grants
- * fewer than a billion tokens a second (u64 lasts until 2554).
+ * grants the old active made but had not replicated (in a cluster, two blocks of its lane,
+ * whichever it was: {@linkcode laneReach}, about 34 million tokens with the default block);
+ * and in a cluster above the wall clock in nanoseconds, so that even a node that missed the
+ * latest activation (it died first, then came back alone) starts above it, as long as
+ * clocks agree and the cluster grants fewer than a billion tokens a second (u64 lasts until
+ * 2554).
  *
  * @example
  * ```ts ignore
@@ -40,11 +43,11 @@ export interface SuccessionInput {
  */
 export function promotionFloor(input: SuccessionInput): bigint {
   let floor = input.last > input.peersMark ? input.last : input.peersMark;
-  if (input.clustered) {
-    const wallNanos = BigInt(Math.floor(input.wallMs)) * 1_000_000n;
-    if (wallNanos > floor) floor = wallNanos;
-  }
-  return floor + 2n * input.block;
+  if (!input.clustered) return floor + 2n * input.block;
+  const wallNanos = BigInt(Math.floor(input.wallMs)) * 1_000_000n;
+  if (wallNanos > floor) floor = wallNanos;
+  // Two blocks of the dead active's lane, whichever it was (token_lanes.ts).
+  return floor + laneReach(2n * input.block);
 }
 
 /**
