@@ -22,6 +22,27 @@ async function settled(size: number): Promise<SimCluster> {
   return sim;
 }
 
+/**
+ * Four nodes: A pauses and B promotes, B pauses and C promotes and grants `key` (D
+ * replicates it), C dies. A and B are still paused; D alone holds C's later activation.
+ */
+async function laterActivationOnD(key: string): Promise<{ sim: SimCluster; late: bigint }> {
+  const sim = new SimCluster({ size: 4 });
+  assert.equal((await sim.waitForOneActive()).address, A);
+  await sim.waitForSync();
+  sim.pause(A);
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000));
+  await sim.waitForSync(2000);
+  sim.pause(B);
+  assert.ok(await sim.runUntil(() => sim.node(C).role === "active", 3000));
+  await sim.advance(300);
+  const late = await sim.grant(C, key, 120);
+  await sim.replicated(D, key, late);
+  sim.kill(C);
+  await sim.advance(200);
+  return { sim, late };
+}
+
 /** The tokens granted so far in the replies of `lines` (`A <key> A <token>`). */
 function grants(lines: readonly string[]): bigint[] {
   return lines.flatMap((line) => {
@@ -191,19 +212,7 @@ Deno.test("ClusterNode paused active that merges a stale active still steps down
   // alone: D holds C's later activation, so A steps down and D's state survives.
   for (const gap of [0, 300, 600, 900]) {
     await t.step(`B resumed ${gap} ms after A`, async () => {
-      const sim = new SimCluster({ size: 4 });
-      assert.equal((await sim.waitForOneActive()).address, A);
-      await sim.waitForSync();
-      sim.pause(A);
-      assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000));
-      await sim.waitForSync(2000);
-      sim.pause(B);
-      assert.ok(await sim.runUntil(() => sim.node(C).role === "active", 3000));
-      await sim.advance(300);
-      const late = await sim.grant(C, "late:k", 120);
-      await sim.replicated(D, "late:k", late);
-      sim.kill(C);
-      await sim.advance(200);
+      const { sim, late } = await laterActivationOnD("late:k");
       sim.resume(A);
       await sim.advance(gap);
       sim.resume(B);
@@ -308,19 +317,7 @@ Deno.test("ClusterNode frozen active handing over passes its leases as they stan
 Deno.test("ClusterNode stepping down after a merge still answers TAKEN with its activation", async () => {
   // The merge case above, with B's HANDOFF held back until A has listened long enough to
   // know of D's later activation: A answers B's HANDOFF first, then steps down.
-  const sim = new SimCluster({ size: 4 });
-  assert.equal((await sim.waitForOneActive()).address, A);
-  await sim.waitForSync();
-  sim.pause(A);
-  assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000));
-  await sim.waitForSync(2000);
-  sim.pause(B);
-  assert.ok(await sim.runUntil(() => sim.node(C).role === "active", 3000));
-  await sim.advance(300);
-  const late = await sim.grant(C, "taken:k", 120);
-  await sim.replicated(D, "taken:k", late);
-  sim.kill(C);
-  await sim.advance(200);
+  const { sim, late } = await laterActivationOnD("taken:k");
   sim.cut(A, B, "hold");
   sim.resume(A);
   sim.resume(B);
