@@ -149,6 +149,14 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
     return this.#done;
   }
 
+  /**
+   * Whether replies wait for a standby's acknowledgement (sync replication): until they go
+   * out, the client has been told nothing of them.
+   */
+  get unconfirmed(): boolean {
+    return this.#held.length > 0;
+  }
+
   /** Whether the connection is closed or closing. */
   get closed(): boolean {
     return this.#closed || this.#closing;

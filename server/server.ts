@@ -444,6 +444,9 @@ export class LockServer {
       clock,
       answerQueued: (refusal) => this.#answerQueued(refusal),
       unpark: () => this.#unpark(),
+      dropUnconfirmed: () => {
+        for (const socket of this.#acceptor.clients) if (socket.unconfirmed) socket.close();
+      },
       promoted: (how) => this.#metrics.promoted(how),
       resumeTimers: () => this.#ticker.fire(),
       roleChanged,

@@ -18,6 +18,11 @@ export const LANE_SLAB: bigint = 1n << 20n;
 
 const LANES = BigInt(TOKEN_LANES);
 
+/** The lane whose slabs hold `token` (0 to 15). */
+export function laneOfToken(token: bigint): number {
+  return Number((token / LANE_SLAB) % LANES);
+}
+
 /**
  * The token a node issues after `last` (its last token, or a floor it was raised to): the
  * next one in lane `lane` (its position in `--peers`, 0 to 15), or `last + 1` for a single

@@ -148,6 +148,11 @@ export class TokenStore {
     }
   }
 
+  /** Its token lane (token_lanes.ts), if it has one. */
+  get lane(): number | undefined {
+    return this.#lane;
+  }
+
   /** Tokens reserved per disk write. */
   get block(): bigint {
     return this.#block;
@@ -209,7 +214,9 @@ export class TokenStore {
     if (floor <= this.#last) return;
     if (floor >= MAX_TOKEN) throw new TokensExhaustedError();
     this.#last = floor;
-    if (floor + 1n > this.#durable) this.#reserveSync(floor + this.#block);
+    // Exactly the floor: a node that only learns a mark must not announce a reservation of
+    // its own (after a restart it would look like a token nobody issued); next() reserves.
+    if (floor > this.#durable) this.#reserveSync(floor);
   }
 
   /**

@@ -56,6 +56,11 @@ export class FakeTokenMark implements TokenMark {
     return this.#reserved;
   }
 
+  /** Its token lane. */
+  get lane(): number | undefined {
+    return this.#lane;
+  }
+
   /** The mark announced (reservations are synchronous here: the reserved one). */
   get announced(): bigint {
     return this.#reserved;
@@ -77,7 +82,7 @@ export class FakeTokenMark implements TokenMark {
   raiseTo(floor: bigint): void {
     if (floor <= this.#last) return;
     this.#last = floor;
-    if (floor + 1n > this.#reserved) this.#reserve(floor + this.block);
+    if (floor > this.#reserved) this.#reserve(floor);
   }
 
   #reserve(mark: bigint): void {
@@ -145,6 +150,8 @@ export class SimNode {
   readonly answered: { at: number; refusal: Refusal; replies: string[] }[] = [];
   /** Times `unpark` was called. */
   readonly unparks: number[] = [];
+  /** When the node asked to close the connections of unacknowledged replies (a step-down). */
+  readonly unconfirmedDrops: number[] = [];
   /** Times `resumeTimers` was called. */
   readonly resumes: number[] = [];
   /** Warnings logged. */
@@ -202,6 +209,8 @@ export class SimNode {
         this.unparks.push(time.now);
         this.#unpark();
       },
+      // No reply waits for acknowledgements here: the times it was asked.
+      dropUnconfirmed: () => void this.unconfirmedDrops.push(time.now),
       resumeTimers: () => {
         this.resumes.push(time.now);
         this.settleLeases();

@@ -173,6 +173,8 @@ Deno.test("ClusterNode paused active whose successor died meanwhile steps down f
     sim.describe(),
   );
   assert.ok(sim.node(A).warnings.some((w) => w.includes("stepped down")));
+  // In sync mode its replies no standby acknowledged are never sent: their connections close.
+  assert.equal(sim.node(A).unconfirmedDrops.length, 1);
   assert.equal((await sim.waitForOneActive(3000)).address, C, sim.describe());
   assert.equal(sim.node(C).holder("gone:k"), newer, "the later activation's grant stands");
   // The failback brings A back with C's state, and new tokens above every earlier one.
@@ -327,4 +329,64 @@ Deno.test("ClusterNode stepping down after a merge still answers TAKEN with its 
   await sim.waitForSync(5000);
   assert.deepEqual(sim.sent.filter((l) => / undefined\b/.test(l.line)).map((l) => l.line), []);
   assert.equal(active.holder("taken:k"), late, sim.describe());
+});
+
+Deno.test("ClusterNode standby that wakes from a long pause listens a failover timeout before promoting", async (t) => {
+  // Its first fresh word used to end its freeze; the election then counted the silence of
+  // its own pause and, if that word was not the active's, promoted over a live active.
+  await t.step("a restarted peer speaks first", async () => {
+    const sim = await settled(3);
+    const held = await sim.grant(A, "wake:k");
+    sim.kill(B);
+    sim.pause(C);
+    await sim.advance(1200);
+    sim.resume(C);
+    await sim.advance(50);
+    sim.start(B);
+    await sim.advance(60);
+    const onC = await sim.request(C, "A wake:k 30 0");
+    assert.notEqual(onC?.split(" ")[2], "A", `C granted: ${onC}`);
+    const active = await sim.waitForOneActive(5000);
+    assert.equal(active.address, A, sim.describe());
+    assert.equal(active.holder("wake:k"), held);
+  });
+  await t.step("the active is handing over to it", async () => {
+    const sim = await settled(2);
+    sim.kill(A);
+    assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000));
+    await sim.grant(B, "wake2:hold", 60);
+    sim.connect(B).send("A wake2:hold 30 0"); // queued: the failback waits 3.5 s
+    sim.start(A);
+    assert.ok(await sim.runUntil(() => sim.node(A).node.replica.synced, 3000));
+    await sim.advance(2700);
+    sim.pause(A);
+    const onB = await sim.grant(B, "wake2:k");
+    await sim.advance(1045);
+    sim.resume(A);
+    await sim.runUntil(() => sim.node(A).role === "active", 1500);
+    const onA = await sim.request(A, "A wake2:k 30 0");
+    const active = await sim.waitForOneActive(5000);
+    assert.equal(active.holder("wake2:k"), onB, `A answered ${onA}\n${sim.describe()}`);
+  });
+});
+
+Deno.test("ClusterNode merged state ranks strictly above the loser's activation, even one that issued no token", async () => {
+  // A floor equal to the loser's would let a replica of the loser tie with the merged state,
+  // and the election would then compare stream positions of two different activations.
+  const sim = new SimCluster({ size: 4 });
+  assert.equal((await sim.waitForOneActive()).address, A);
+  await sim.waitForSync();
+  const held = await sim.grant(A, "tie:k", 60);
+  await sim.replicated(C, "tie:k", held);
+  sim.partition([A, D], [B, C], "down");
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000));
+  for (let i = 0; i < 5; i++) assert.equal(await sim.request(B, `X tie:k ${held} 60`), "X tie:k X");
+  const loserFloor = sim.node(B).node.replica.floor;
+  sim.heal();
+  assert.equal((await sim.waitForOneActive(5000)).address, A);
+  assert.ok(sim.node(A).node.replica.floor > loserFloor, "strictly above the loser's floor");
+  assert.ok(
+    await sim.runUntil(() => sim.node(D).node.replica.floor > loserFloor, 1000),
+    "and so is D's, in sync with A",
+  );
 });

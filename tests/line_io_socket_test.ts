@@ -421,3 +421,22 @@ Deno.test("LineSocket holds a client's replies for the standbys, but not once it
   assert.equal(await next, "PEERAUTH again\n");
   socket.close();
 });
+
+Deno.test("LineSocket tells whether replies wait for an acknowledgement (unconfirmed)", () => {
+  const stream = new FakeStream();
+  let reached = 0;
+  const gate = { position: () => 3, reached: () => reached, wait() {} };
+  const socket = new LineSocket(stream, "10.0.0.9:5555", { line() {}, closed() {} }, {
+    batch: new Batch(),
+    log: recordingLog(),
+    replies: gate,
+  });
+  assert.equal(socket.unconfirmed, false);
+  socket.send("A k A 7");
+  socket.flush();
+  assert.equal(socket.unconfirmed, true, "held until a standby acknowledged batch 3");
+  reached = 3;
+  socket.flush();
+  assert.equal(socket.unconfirmed, false);
+  socket.close();
+});

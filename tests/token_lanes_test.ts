@@ -14,6 +14,7 @@ import {
   tokenAfter,
 } from "../server/token_lanes.ts";
 import { TokenStore } from "../server/tokens.ts";
+import { heartbeatFloor } from "../server/cluster/succession.ts";
 import { capturingLogger } from "./_logger.ts";
 import { mulberry32 } from "./_prng.ts";
 import { runMain } from "./_helpers.ts";
@@ -199,6 +200,55 @@ Deno.test("ClusterNode: a successor starts above a slab jump the dead active mad
   assert.equal((await sim.waitForOneActive(5000)).address, A, sim.describe());
   const next = await sim.grant(A, "jump:after");
   assert.ok(next > onB.at(-1)!, `A granted ${next} after B had granted ${onB.at(-1)}`);
+});
+
+Deno.test("heartbeatFloor(): an active rises above another lane's token below its own reservation", () => {
+  // Lane 0's reservation runs up to 16 slabs ahead of its next token: a follower's mark in
+  // that range but in lane 2 is a token another node issued, not this node's announcement.
+  const self = { address: "a:7001", role: "active" as const };
+  const tokens = { last: 5n * LANE_SLAB * LANES + 10n, announced: 0n, lane: 0 };
+  tokens.announced = laneAhead(tokens.last, 3_000_000n, 0);
+  const follower = (mark: bigint) => ({
+    role: "standby" as const,
+    activeAddress: self.address,
+    mark,
+  });
+  const foreign = tokens.last + 2n * LANE_SLAB + 5n; // lane 2
+  assert.equal(heartbeatFloor(self, tokens, follower(foreign)), foreign);
+  assert.equal(heartbeatFloor(self, tokens, follower(tokens.announced)), undefined, "its own W");
+  assert.equal(heartbeatFloor(self, tokens, follower(tokens.last + 7n)), undefined, "its own lane");
+  assert.equal(heartbeatFloor(self, tokens, follower(tokens.last)), undefined);
+  const above = tokens.announced + 1n;
+  assert.equal(heartbeatFloor(self, tokens, follower(above)), above);
+});
+
+Deno.test("ClusterNode: a settled active rises above the tokens of a node that returns as its follower", async () => {
+  // Found by the seeded fault search (seed 622232330): A, paused, resumes on its old tokens;
+  // C, which granted above them in its own lane, returns as A's follower with a mark below
+  // A's reservation. A must issue above C's tokens from then on.
+  const sim = new SimCluster({ size: 3 });
+  const [A, B, C] = sim.addresses;
+  await sim.waitForOneActive();
+  await sim.waitForSync();
+  await sim.advance(200);
+  sim.pause(A);
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000));
+  await sim.waitForSync(2000);
+  let left: boolean | undefined;
+  sim.shutdown(B).then((ok) => left = ok); // B hands over to C
+  assert.ok(await sim.runUntil(() => left === true && sim.node(C).role === "active", 2000));
+  const onC = await sim.grant(C, "rise:k", 1);
+  sim.kill(C);
+  sim.start(B); // its data directory holds only B's last token
+  sim.resume(A); // A raises its tokens to B's mark
+  await sim.waitForOneActive(5000);
+  await sim.grant(A, "rise:early");
+  sim.start(C); // C follows A; its heartbeat mark is above onC
+  assert.equal((await sim.waitForOneActive(5000)).address, A);
+  await sim.waitForSync(3000);
+  await sim.advance(2000);
+  const after = await sim.grant(A, "rise:other");
+  assert.ok(after > onC, `settled, A granted ${after} below C's earlier ${onC}`);
 });
 
 Deno.test("main() exits 2 when --peers lists more than 16 nodes", async () => {

@@ -253,7 +253,7 @@ Deno.test("raiseTo() makes every later token greater than the floor", async (t) 
         store.next();
         store.raiseTo(5000n);
         assert.ok(BigInt(readMark(dir)) >= 5000n, "the mark on disk covers the floor");
-        assert.ok(store.reserved >= 5001n);
+        assert.ok(store.reserved >= 5000n);
         assert.equal(store.next(), 5001n);
         assert.equal(store.next(), 5002n);
       } finally {

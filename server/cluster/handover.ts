@@ -38,7 +38,8 @@ export interface HandoverHost {
   stillActive(): void;
   /**
    * The state of `from`, another active, was merged into this active one: stop waiting for
-   * it. `lastToken` is the last token `from` issued (at or above its activation's floor).
+   * it. `lastToken` is the last token `from` issued (at or above its activation's floor, and
+   * equal to it if it issued none).
    */
   merged(from: string, lastToken: bigint): void;
   /** The takeover from `from` is committed: become active with `activation`. */

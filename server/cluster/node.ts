@@ -116,7 +116,7 @@ export class ClusterNode implements PeerReceiver {
         this.#announce();
       },
       merged: (from, lastToken) => {
-        this.replica.raiseFloor(lastToken); // its state covers that activation too
+        this.replica.raiseFloor(lastToken + 1n); // it covers that activation: rank strictly above
         // A frozen node may resume at once; a step-down waits for the tick (after TAKEN).
         const since = this.#freeze.merged(from);
         if (since !== undefined) this.#settleFreeze(since, port.clock(), true);
@@ -188,11 +188,7 @@ export class ClusterNode implements PeerReceiver {
       !(this.#role === "active" && this.#freeze.since !== undefined);
   }
 
-  /**
-   * Graceful stop of this node. An active hands over to the best live standby first;
-   * resolves `true` once the successor took over (redirect clients to it), `false` if there
-   * was nobody to hand over to (stop as a single node does).
-   */
+  /** Graceful stop ({@linkcode Handover.leave}): `true` once a successor took over. */
   leave(): Promise<boolean> {
     return this.#handover.leave((tried) => {
       const live = this.#peers.live(this.#port.clock()).filter((p) => !tried.has(p.address));
@@ -373,6 +369,7 @@ export class ClusterNode implements PeerReceiver {
     this.#freeze.clear();
     this.#activation = undefined;
     this.#activeAddress = undefined;
+    this.#port.dropUnconfirmed(); // (sync) what no standby acknowledged is never confirmed
     this.stream.clear();
     this.replica.interrupted();
     this.#setRole("standby", "stepped down for a later activation");
@@ -397,7 +394,9 @@ export class ClusterNode implements PeerReceiver {
 
   /** Detects that this process was frozen (e.g. SIGSTOP) long enough for peers to move on. */
   #checkFrozen(now = this.#port.clock()): void {
-    if (this.#peers.size > 0 && this.#freeze.check(now) && this.#role === "active") {
+    if (this.#peers.size === 0 || !this.#freeze.check(now)) return;
+    this.#lastActiveSeen = now; // the silence was its own: listen a failover timeout again
+    if (this.#role === "active") {
       this.#port.log.warn("process was paused; checking for another active", { event: "paused" });
     }
   }

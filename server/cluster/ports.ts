@@ -45,6 +45,8 @@ export interface TokenMark {
    * are compared with.
    */
   readonly announced: bigint;
+  /** Its token lane in a cluster (server/token_lanes.ts); `undefined` for a single node. */
+  readonly lane?: number;
   /** Tokens per reserved block. */
   readonly block: bigint;
   /** Makes every later token greater than `floor`, persisting it. */
@@ -65,6 +67,11 @@ export interface ServerPort {
   answerQueued(refusal: Refusal): void;
   /** Re-handles requests parked while the role was unsettled. */
   unpark(): void;
+  /**
+   * Closes every client connection whose replies wait for an acknowledgement that will
+   * never come (this node stepped down): its client retries elsewhere.
+   */
+  dropUnconfirmed(): void;
   /** Lease timers may run again: settle what is due and re-arm. */
   resumeTimers(): void;
   /** Called on every role change, with a readable description. */

@@ -10,7 +10,7 @@
 import type { Logger } from "../log.ts";
 import type { Role } from "./election.ts";
 import type { TokenMark } from "./ports.ts";
-import { laneReach } from "../token_lanes.ts";
+import { laneOfToken, laneReach } from "../token_lanes.ts";
 
 /** What a node knows of token marks when it promotes. */
 export interface SuccessionInput {
@@ -82,24 +82,29 @@ export interface MarkSender {
  *
  * Two actives never raise each other, nor an active a node following another active: they
  * would leapfrog block after block (their merge raises the winner instead). A follower's
- * mark at or below the active's reserved block is the active's own, learned from it.
+ * mark at or below the active's announced mark and in its lane is the active's own,
+ * learned from it; one in another lane is another node's token, whatever its size.
  *
  * @example
  * ```ts ignore
  * const self = { address: "10.0.0.1:7321", role: "active" as const };
  * const peer = { role: "standby" as const, activeAddress: self.address, mark: 5000n };
- * heartbeatFloor(self, { last: 10n, reserved: 1000n }, peer); // 5000n
+ * heartbeatFloor(self, { last: 10n, announced: 1000n }, peer); // 5000n
  * ```
  */
 export function heartbeatFloor(
   self: { address: string; role: Role },
-  tokens: { last: bigint; announced: bigint },
+  tokens: { last: bigint; announced: bigint; lane?: number },
   peer: MarkSender,
 ): bigint | undefined {
   if (self.role === "active") {
     const follower = peer.role !== "active" && peer.role !== "handing-off" &&
       peer.activeAddress === self.address;
-    return follower && peer.mark > tokens.announced ? peer.mark : undefined;
+    // Its own: announced by it, in its lane. Another lane's token is another node's, even
+    // below this node's reservation (which runs ahead in its own lane).
+    const own = peer.mark <= tokens.announced &&
+      (tokens.lane === undefined || laneOfToken(peer.mark) === tokens.lane);
+    return follower && peer.mark > tokens.last && !own ? peer.mark : undefined;
   }
   if (self.role === "handing-off" || peer.role !== "active") return undefined;
   return peer.mark > tokens.last ? peer.mark : undefined;
