@@ -98,7 +98,7 @@ Deno.test("lockd run stops the whole group after a release from outside: SIGTERM
         "--",
         job,
       ]);
-      const child = await run.waitFor(/child (\d+) token (\d+)/);
+      const child = await run.waitFor(/^child (\d+) token (\d+)/m);
       const grandchild = Number((await run.waitFor(/grandchild (\d+)/))[1]);
       const [pid, token] = [Number(child[1]), child[2]];
       try {
@@ -133,7 +133,7 @@ Deno.test("lockd run stops the command and exits 70 when its only server dies", 
     const job = await script(dir, "job.sh", 'echo "child $$"; exec sleep 60');
     await withServer({}, async (server) => {
       const run = spawnLockd(["run", "lost:2", "--servers", server.address, "--", job]);
-      const pid = Number((await run.waitFor(/child (\d+)/))[1]);
+      const pid = Number((await run.waitFor(/^child (\d+)/m))[1]);
       try {
         await server.stop("SIGKILL");
         const out = await run.finish();
@@ -154,7 +154,7 @@ Deno.test("kill -9 of lockd run: the watchdog stops the command and leaves, and 
       // A long kill grace: the watchdog must leave once the group is gone, not wait it out.
       const args = ["run", "crash", "--kill-grace", "600", "--servers", server.address, "--"];
       const run = spawnLockd([...args, job]);
-      const pid = Number((await run.waitFor(/child (\d+)/))[1]);
+      const pid = Number((await run.waitFor(/^child (\d+)/m))[1]);
       try {
         const watchdog = await watchdogOf(run.child.pid, pid);
         assert.ok(watchdog !== undefined, "lockd run has a watchdog");
@@ -177,6 +177,7 @@ Deno.test("kill -9 of lockd run: the watchdog stops the command and leaves, and 
         assert.equal(await run.exited, 137);
       } finally {
         killGroup(pid);
+        run.signal("SIGKILL"); // a failed check must not leave the run holding its group
         await run.exited;
       }
     });
@@ -189,7 +190,7 @@ Deno.test("kill -9 of lockd run: a group that ignores SIGTERM gets SIGKILL after
     await withServer({}, async (server) => {
       const args = ["run", "crash:2", "--kill-grace", "1", "--servers", server.address, "--"];
       const run = spawnLockd([...args, job]);
-      const pid = Number((await run.waitFor(/child (\d+)/))[1]);
+      const pid = Number((await run.waitFor(/^child (\d+)/m))[1]);
       const grandchild = Number((await run.waitFor(/grandchild (\d+)/))[1]);
       try {
         const watchdog = await watchdogOf(run.child.pid, pid);
@@ -204,6 +205,7 @@ Deno.test("kill -9 of lockd run: a group that ignores SIGTERM gets SIGKILL after
         await waitFor(() => !processAlive(watchdog), "the watchdog to leave", 2000);
       } finally {
         killGroup(pid);
+        run.signal("SIGKILL"); // a failed check must not leave the run holding its group
         await run.exited;
       }
     });
@@ -219,7 +221,7 @@ Deno.test("lockd run dismisses its watchdog when it ends normally: what the comm
     );
     await withServer({}, async (server) => {
       const run = spawnLockd(["run", "calm", "--servers", server.address, "--", job]);
-      const [, pid, left] = (await run.waitFor(/child (\d+) left (\d+)/)).map(Number);
+      const [, pid, left] = (await run.waitFor(/^child (\d+) left (\d+)/m)).map(Number);
       try {
         const watchdog = await watchdogOf(run.child.pid, pid);
         assert.ok(watchdog !== undefined, "lockd run has a watchdog");
