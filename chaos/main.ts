@@ -24,7 +24,7 @@ seeded faults (kill -9, SIGSTOP, graceful restarts, partitions) and checks what 
   --replication MODE    async or sync, passed to every node (default async)
   --workers N           client worker processes, 4 to 8 (default 4)
   --keys N              keys the workers contend for, 1 to 100 (default 4)
-  --failover-timeout S  the nodes' --failover-timeout, above 0.1 (default 1; heartbeat 0.1)
+  --failover-timeout S  the nodes' --failover-timeout, above 0.2 (default 1; heartbeat 0.1)
   --history FILE        where to write the full history (default on failure: a temp file)
   --json                print a machine-readable summary on stdout (the table goes to stderr)
   -h, --help            this text
@@ -96,7 +96,7 @@ function parse(args: string[]): Command {
       replication: values.replication as Replication,
       workers: integer(values.workers, "workers", 4, 8),
       keys: integer(values.keys, "keys", 1, 100),
-      failoverTimeout: seconds(values["failover-timeout"], "failover-timeout", 0.1, 60),
+      failoverTimeout: seconds(values["failover-timeout"], "failover-timeout", 0.2, 60),
       heartbeat: 0.1,
     },
     history: values.history,

@@ -236,8 +236,10 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
     throw new UsageError("--tls-cert and --tls-key go together");
   }
   if (certFile !== undefined && keyFile !== undefined) config.tls = { certFile, keyFile };
-  if (config.heartbeatMs >= config.failoverTimeoutMs) {
-    throw new UsageError("--heartbeat must be shorter than --failover-timeout");
+  // A node takes a heartbeat later than half the failover timeout for a pause of its own
+  // (docs/cluster.md, "Two actives at once"): one that long every time would stop elections.
+  if (config.heartbeatMs * 2 >= config.failoverTimeoutMs) {
+    throw new UsageError("--heartbeat must be under half of --failover-timeout");
   }
   // --http at the bridge's HOST:PORT shares its listener, and / is the status page there.
   const shared = config.http !== undefined && config.bridge !== undefined &&

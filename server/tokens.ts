@@ -10,7 +10,7 @@
 
 import { MAX_TOKEN } from "../client/codec.ts";
 import { type Logger, stderrLogger } from "./log.ts";
-import { LANE_SLAB, laneAhead, tokenAfter } from "./token_lanes.ts";
+import { LANE_SLAB, laneAhead, laneOfToken, tokenAfter } from "./token_lanes.ts";
 
 /** Tokens would pass 2^64-1: no more grants can be made safely. */
 export class TokensExhaustedError extends Error {
@@ -78,6 +78,10 @@ export class TokenStore {
   #durable: bigint;
   /** The highest mark passed to `onReserve`, its write maybe still in flight. */
   #announced: bigint;
+  /** The last marks passed to `onReserve` (see {@linkcode owns}). */
+  #recent: bigint[] = [];
+  /** The highest mark {@linkcode learn}ed from another node. */
+  #learned = 0n;
   #writing: Promise<void> | null = null;
   #closed = false;
   #onReserve: ((mark: bigint) => void) | undefined;
@@ -148,9 +152,15 @@ export class TokenStore {
     }
   }
 
-  /** Its token lane (token_lanes.ts), if it has one. */
-  get lane(): number | undefined {
-    return this.#lane;
+  /**
+   * Whether `mark` is this store's own: at or below {@linkcode announced} and in its lane
+   * (any, without one), or one of the marks it announced lately (a reservation made before
+   * it issued in its lane, such as the one at start).
+   */
+  owns(mark: bigint): boolean {
+    if (mark > this.announced) return false;
+    return this.#lane === undefined || laneOfToken(mark) === this.#lane ||
+      this.#recent.includes(mark);
   }
 
   /** Tokens reserved per disk write. */
@@ -220,6 +230,17 @@ export class TokenStore {
   }
 
   /**
+   * Persists `mark`, another node's (a standby keeps the active's announced mark), without
+   * making it {@linkcode last}: what a follower reports stays what it issued or replicated.
+   */
+  learn(mark: bigint): void {
+    if (mark <= this.#durable) return;
+    if (mark >= MAX_TOKEN) throw new TokensExhaustedError();
+    this.#learned = mark;
+    this.#reserveSync(mark);
+  }
+
+  /**
    * Waits for a background reservation in flight, persists the exact last token issued and
    * releases the data directory.
    */
@@ -228,8 +249,10 @@ export class TokenStore {
     this.#closed = true;
     try {
       await this.#writing;
-      this.#write(this.#last, "tmp-final");
-      this.#durable = this.#last;
+      // The exact last token, or a mark learned from the active above it.
+      const mark = this.#learned > this.#last ? this.#learned : this.#last;
+      this.#write(mark, "tmp-final");
+      this.#durable = mark;
     } finally {
       this.#lockFile.close();
     }
@@ -245,6 +268,8 @@ export class TokenStore {
 
   #announce(mark: bigint): void {
     if (mark > this.#announced) this.#announced = mark;
+    this.#recent.push(mark);
+    if (this.#recent.length > 8) this.#recent.shift();
     this.#onReserve?.(mark);
   }
 

@@ -110,8 +110,8 @@ export const FLAG_CASES: FlagCase[] = [
     flag: "--failover-timeout",
     env: "LOCKD_FAILOVER_TIMEOUT",
     value: "3",
-    other: "0.2",
-    check: (c, v) => assert.equal(c.failoverTimeoutMs, v === "value" ? 3000 : 200),
+    other: "0.25",
+    check: (c, v) => assert.equal(c.failoverTimeoutMs, v === "value" ? 3000 : 250),
   },
   {
     flag: "--log-format",

@@ -229,7 +229,7 @@ export class SimCluster implements ClientHost {
     const node = this.#running(address);
     return node.node.leave().then((handedOver) => {
       node.stopServing(handedOver);
-      this.#marks.set(address, node.tokens.last);
+      this.#marks.set(address, node.tokens.closingMark);
       this.#closeAll(node, false);
       node.process.kill();
       return handedOver;

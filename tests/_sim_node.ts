@@ -16,7 +16,7 @@ import type { PeerNetwork, ServerPort, TokenMark } from "../server/cluster/ports
 import { LockTable } from "../server/engine/lock_table.ts";
 import type { Logger } from "../server/log.ts";
 import { Owners } from "../server/owners.ts";
-import { laneAhead, laneOf, tokenAfter } from "../server/token_lanes.ts";
+import { laneAhead, laneOf, laneOfToken, tokenAfter } from "../server/token_lanes.ts";
 import { ClientSession, type Gate, type Ticket, ticketHooks } from "../server/session.ts";
 import type { SimProcess, SimTime } from "./_sim_time.ts";
 
@@ -34,6 +34,8 @@ export class FakeTokenMark implements TokenMark {
   #reserved: bigint;
 
   #lane: number | undefined;
+  #recent: bigint[] = [];
+  #learned = 0n;
 
   /**
    * @param stored The mark found in the data directory. @param block Tokens per block.
@@ -44,6 +46,7 @@ export class FakeTokenMark implements TokenMark {
     this.#lane = lane;
     this.#last = stored;
     this.#reserved = stored + block;
+    this.#recent.push(this.#reserved); // the reservation at start, as TokenStore.open makes
   }
 
   /** The last token issued or known. */
@@ -56,9 +59,11 @@ export class FakeTokenMark implements TokenMark {
     return this.#reserved;
   }
 
-  /** Its token lane. */
-  get lane(): number | undefined {
-    return this.#lane;
+  /** As `TokenStore.owns`. */
+  owns(mark: bigint): boolean {
+    if (mark > this.#reserved) return false;
+    return this.#lane === undefined || laneOfToken(mark) === this.#lane ||
+      this.#recent.includes(mark);
   }
 
   /** The mark announced (reservations are synchronous here: the reserved one). */
@@ -85,9 +90,23 @@ export class FakeTokenMark implements TokenMark {
     if (floor > this.#reserved) this.#reserve(floor);
   }
 
+  /** As `TokenStore.learn` (kept on "disk" as the reserved mark). */
+  learn(mark: bigint): void {
+    if (mark <= this.#reserved) return;
+    this.#learned = mark;
+    this.#reserve(mark);
+  }
+
+  /** What a graceful stop persists, as `TokenStore.close`: the last token or a learned mark. */
+  get closingMark(): bigint {
+    return this.#learned > this.#last ? this.#learned : this.#last;
+  }
+
   #reserve(mark: bigint): void {
     this.onReserve?.(mark);
     this.#reserved = mark;
+    this.#recent.push(mark);
+    if (this.#recent.length > 8) this.#recent.shift();
   }
 }
 

@@ -193,6 +193,8 @@ Deno.test("parseConfig() rounds seconds up to whole ms", () => {
   assert.equal(parseConfig(["--max-lease", "0.0001"], envOf()).maxLeaseMs, 1);
   assert.equal(parseConfig(["--max-lease", "1.0011"], envOf()).maxLeaseMs, 1002);
   assert.equal(parseConfig(["--heartbeat", "0.0105"], envOf()).heartbeatMs, 11);
+  // Under half of the failover timeout is allowed (half is refused: see below).
+  assert.equal(parseConfig(["--heartbeat", "0.4"], envOf()).heartbeatMs, 400);
 });
 
 Deno.test("parseConfig() accepts the edges of addresses", () => {
@@ -308,6 +310,7 @@ Deno.test("parseConfig() throws UsageError for a bad command line", async (t) =>
     [["--heartbeat", "1"], /--heartbeat.*--failover-timeout/],
     [["--heartbeat", "2", "--failover-timeout", "1"], /--heartbeat.*--failover-timeout/],
     [["--failover-timeout", "0.1"], /--heartbeat.*--failover-timeout/],
+    [["--heartbeat", "0.5", "--failover-timeout", "1"], /--heartbeat must be under half/],
     [["--replication", "quorum"], /--replication must be async or sync/],
     [["--replication", "SYNC"], /--replication must be async or sync/],
     [["--log-format", "xml"], /--log-format must be text or json, got "xml"/],

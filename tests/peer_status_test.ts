@@ -136,7 +136,15 @@ function stream(
       release: () => true,
       clear() {},
     },
-    tokens: { last: 0n, reserved: 0n, announced: 0n, block: 1000n, raiseTo() {} },
+    tokens: {
+      last: 0n,
+      reserved: 0n,
+      announced: 0n,
+      block: 1000n,
+      raiseTo() {},
+      learn() {},
+      owns: () => true,
+    },
     owners: new Owners(),
     clock: () => now,
     network: {

@@ -202,24 +202,33 @@ Deno.test("ClusterNode: a successor starts above a slab jump the dead active mad
   assert.ok(next > onB.at(-1)!, `A granted ${next} after B had granted ${onB.at(-1)}`);
 });
 
-Deno.test("heartbeatFloor(): an active rises above another lane's token below its own reservation", () => {
+Deno.test("heartbeatFloor(): an active rises above another lane's token below its own reservation", async () => {
   // Lane 0's reservation runs up to 16 slabs ahead of its next token: a follower's mark in
   // that range but in lane 2 is a token another node issued, not this node's announcement.
-  const self = { address: "a:7001", role: "active" as const };
-  const tokens = { last: 5n * LANE_SLAB * LANES + 10n, announced: 0n, lane: 0 };
-  tokens.announced = laneAhead(tokens.last, 3_000_000n, 0);
-  const follower = (mark: bigint) => ({
-    role: "standby" as const,
-    activeAddress: self.address,
-    mark,
-  });
-  const foreign = tokens.last + 2n * LANE_SLAB + 5n; // lane 2
-  assert.equal(heartbeatFloor(self, tokens, follower(foreign)), foreign);
-  assert.equal(heartbeatFloor(self, tokens, follower(tokens.announced)), undefined, "its own W");
-  assert.equal(heartbeatFloor(self, tokens, follower(tokens.last + 7n)), undefined, "its own lane");
-  assert.equal(heartbeatFloor(self, tokens, follower(tokens.last)), undefined);
-  const above = tokens.announced + 1n;
-  assert.equal(heartbeatFloor(self, tokens, follower(above)), above);
+  const dir = await Deno.makeTempDir({ prefix: "lockd-lanes-" });
+  const tokens = TokenStore.open(dir, { lane: 0, block: 3_000_000n, log: capturingLogger() });
+  try {
+    const atStart = tokens.announced; // the reservation made at start, in no lane
+    tokens.raiseTo(5n * LANE_SLAB * LANES + 10n);
+    tokens.next(); // reserves three million tokens of lane 0 ahead
+    const self = { address: "a:7001", role: "active" as const };
+    const follower = (mark: bigint) => ({
+      role: "standby" as const,
+      activeAddress: self.address,
+      mark,
+    });
+    const foreign = tokens.last + 2n * LANE_SLAB + 5n; // lane 2
+    assert.equal(heartbeatFloor(self, tokens, follower(foreign)), foreign);
+    assert.equal(heartbeatFloor(self, tokens, follower(tokens.announced)), undefined, "its W");
+    assert.equal(heartbeatFloor(self, tokens, follower(tokens.last + 7n)), undefined, "its lane");
+    assert.equal(heartbeatFloor(self, tokens, follower(tokens.last)), undefined);
+    assert.ok(tokens.owns(atStart), "the reservation at start is its own too");
+    const above = tokens.announced + 1n;
+    assert.equal(heartbeatFloor(self, tokens, follower(above)), above);
+  } finally {
+    await tokens.close();
+    await Deno.remove(dir, { recursive: true });
+  }
 });
 
 Deno.test("ClusterNode: a settled active rises above the tokens of a node that returns as its follower", async () => {

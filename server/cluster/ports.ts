@@ -45,12 +45,22 @@ export interface TokenMark {
    * are compared with.
    */
   readonly announced: bigint;
-  /** Its token lane in a cluster (server/token_lanes.ts); `undefined` for a single node. */
-  readonly lane?: number;
+  /**
+   * Whether `mark` is this node's own: at or below its announced mark and in its token lane
+   * (server/token_lanes.ts), or one of the marks it announced lately. A follower echoing it
+   * back is no sign of a token another node issued.
+   */
+  owns(mark: bigint): boolean;
   /** Tokens per reserved block. */
   readonly block: bigint;
   /** Makes every later token greater than `floor`, persisting it. */
   raiseTo(floor: bigint): void;
+  /**
+   * Persists `mark`, another node's, without making it {@linkcode last}: a standby keeps the
+   * active's announced mark on disk, yet reports only what it knows of its own and from the
+   * stream, so a token it issued while active on its own is not hidden behind it.
+   */
+  learn(mark: bigint): void;
 }
 
 /** What the cluster node needs from the lock server it runs in. */

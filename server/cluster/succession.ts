@@ -10,7 +10,7 @@
 import type { Logger } from "../log.ts";
 import type { Role } from "./election.ts";
 import type { TokenMark } from "./ports.ts";
-import { laneOfToken, laneReach } from "../token_lanes.ts";
+import { laneReach } from "../token_lanes.ts";
 
 /** What a node knows of token marks when it promotes. */
 export interface SuccessionInput {
@@ -73,8 +73,10 @@ export interface MarkSender {
  * The floor this node's tokens must be raised above on hearing `peer`'s heartbeat, or
  * `undefined` to leave them:
  *
- * - a node that is not active (nor handing off) takes an active's mark, which bounds every
- *   token that active may issue, so even a full-cluster restart never reuses one;
+ * - a node that is not active (nor handing off) keeps an active's mark on disk, which bounds
+ *   every token that active may issue, so even a full-cluster restart never reuses one
+ *   ({@linkcode raiseOnHeartbeat} learns it without making it the node's last token: the
+ *   mark a follower reports must stay its own, see below);
  * - an active takes the mark of a node that follows it when that mark is above its own
  *   reserved block: the follower knows a token this active never issued (it was active
  *   itself during a split brain, then restarted and rejoined as a standby, so no merge
@@ -83,37 +85,36 @@ export interface MarkSender {
  * Two actives never raise each other, nor an active a node following another active: they
  * would leapfrog block after block (their merge raises the winner instead). A follower's
  * mark at or below the active's announced mark and in its lane is the active's own,
- * learned from it; one in another lane is another node's token, whatever its size.
+ * learned from its stream; one in another lane is another node's token, whatever its size.
  *
  * @example
  * ```ts ignore
  * const self = { address: "10.0.0.1:7321", role: "active" as const };
  * const peer = { role: "standby" as const, activeAddress: self.address, mark: 5000n };
- * heartbeatFloor(self, { last: 10n, announced: 1000n }, peer); // 5000n
+ * const tokens = { last: 10n, reserved: 1000n, owns: (mark: bigint) => mark <= 1000n };
+ * heartbeatFloor(self, tokens, peer); // 5000n
  * ```
  */
 export function heartbeatFloor(
   self: { address: string; role: Role },
-  tokens: { last: bigint; announced: bigint; lane?: number },
+  tokens: { last: bigint; reserved: bigint; owns(mark: bigint): boolean },
   peer: MarkSender,
 ): bigint | undefined {
   if (self.role === "active") {
     const follower = peer.role !== "active" && peer.role !== "handing-off" &&
       peer.activeAddress === self.address;
-    // Its own: announced by it, in its lane. Another lane's token is another node's, even
-    // below this node's reservation (which runs ahead in its own lane).
-    const own = peer.mark <= tokens.announced &&
-      (tokens.lane === undefined || laneOfToken(peer.mark) === tokens.lane);
-    return follower && peer.mark > tokens.last && !own ? peer.mark : undefined;
+    // Another lane's token is another node's, even below this node's reservation (which
+    // runs ahead in its own lane); a mark it announced itself comes back as an echo.
+    return follower && peer.mark > tokens.last && !tokens.owns(peer.mark) ? peer.mark : undefined;
   }
   if (self.role === "handing-off" || peer.role !== "active") return undefined;
-  return peer.mark > tokens.last ? peer.mark : undefined;
+  return peer.mark > tokens.last && peer.mark > tokens.reserved ? peer.mark : undefined;
 }
 
 /**
- * Applies {@linkcode heartbeatFloor} to `tokens` for a heartbeat from `from`; an active that
- * must raise its tokens logs it (`tokens-raised`): a node that issued higher tokens came
- * back as its follower.
+ * Applies {@linkcode heartbeatFloor} to `tokens` for a heartbeat from `from`: any other
+ * node learns the active's mark (`TokenMark.learn`); an active that must raise its tokens
+ * logs it (`tokens-raised`): a node that issued higher tokens came back as its follower.
  */
 export function raiseOnHeartbeat(
   self: { address: string; role: Role },
@@ -124,12 +125,11 @@ export function raiseOnHeartbeat(
 ): void {
   const floor = heartbeatFloor(self, tokens, peer);
   if (floor === undefined) return;
-  if (self.role === "active") {
-    log.warn(`fencing tokens raised above ${floor}, the highest known to ${from}`, {
-      event: "tokens-raised",
-      peer: from,
-      floor,
-    });
-  }
+  if (self.role !== "active") return tokens.learn(floor);
+  log.warn(`fencing tokens raised above ${floor}, the highest known to ${from}`, {
+    event: "tokens-raised",
+    peer: from,
+    floor,
+  });
   tokens.raiseTo(floor);
 }
