@@ -232,12 +232,22 @@ export class TokenStore {
   /**
    * Persists `mark`, another node's (a standby keeps the active's announced mark), without
    * making it {@linkcode last}: what a follower reports stays what it issued or replicated.
+   * It is no mark of this node's own ({@linkcode owns}); the node raises its tokens above it
+   * when it becomes active.
    */
   learn(mark: bigint): void {
-    if (mark <= this.#durable) return;
+    if (mark <= this.#learned) return;
     if (mark >= MAX_TOKEN) throw new TokensExhaustedError();
     this.#learned = mark;
-    this.#reserveSync(mark);
+    if (mark <= this.#durable) return;
+    // Not announced, nor one of its own marks (owns): it is another node's.
+    this.#write(mark, "tmp-sync");
+    this.#durable = mark;
+  }
+
+  /** The highest mark {@linkcode learn}ed (0 if none): a node becoming active rises above it. */
+  get learned(): bigint {
+    return this.#learned;
   }
 
   /**

@@ -49,7 +49,7 @@ export class FakeTokenMark implements TokenMark {
     this.#recent.push(this.#reserved); // the reservation at start, as TokenStore.open makes
   }
 
-  /** The last token issued or known. */
+  /** The last token issued, or the mark it started from (as `TokenMark.last`). */
   get last(): bigint {
     return this.#last;
   }
@@ -92,9 +92,14 @@ export class FakeTokenMark implements TokenMark {
 
   /** As `TokenStore.learn` (kept on "disk" as the reserved mark). */
   learn(mark: bigint): void {
-    if (mark <= this.#reserved) return;
+    if (mark <= this.#learned) return;
     this.#learned = mark;
-    this.#reserve(mark);
+    if (mark > this.#reserved) this.#reserved = mark; // not announced, not its own
+  }
+
+  /** As `TokenStore.learned`. */
+  get learned(): bigint {
+    return this.#learned;
   }
 
   /** What a graceful stop persists, as `TokenStore.close`: the last token or a learned mark. */

@@ -1,7 +1,8 @@
 /**
- * Token marks heard in heartbeats (docs/cluster.md, "Fencing tokens across failovers") on
- * the simulator: an active raises its tokens only for a mark another node issued, never for
- * its own reservation echoed back by a standby that restarted and caught up.
+ * Token marks heard in heartbeats (docs/cluster.md, "Token succession") on the simulator:
+ * an active raises its tokens only for a mark another node issued, never for its own
+ * reservation echoed back by a standby that restarted and caught up; a standby that heard
+ * another active's mark rises above it when it takes over.
  */
 
 import assert from "node:assert/strict";
@@ -36,4 +37,54 @@ Deno.test("ClusterNode: a handover to a restarted standby raises no tokens", asy
     assert.deepEqual(raised, [], `${address} raised no tokens`);
   }
   for (let i = 0; i < 20; i++) assert.ok(active.holder(`restart:${i}`) !== undefined);
+});
+
+Deno.test("ClusterNode: a standby that heard a second active's mark rises above it when handed over to", async () => {
+  const sim = new SimCluster({ size: 3 });
+  assert.equal((await sim.waitForOneActive()).address, A);
+  await sim.waitForSync();
+  // C alone promotes and grants; then only A and C are cut, so B (following A) hears C.
+  sim.partition([C], [A, B], "down");
+  assert.ok(await sim.runUntil(() => sim.node(C).role === "active", 3000), sim.describe());
+  const onC = await sim.grant(C, "split:c");
+  sim.heal();
+  sim.partition([A], [C], "down");
+  await sim.advance(300);
+  sim.kill(C);
+  sim.heal();
+  await sim.advance(500);
+  const left = sim.shutdown(A);
+  assert.ok(await sim.runUntil(() => sim.node(A).exited, 3000), sim.describe());
+  assert.equal(await left, true, "A handed over");
+  assert.equal((await sim.waitForOneActive()).address, B);
+  const onB = await sim.grant(B, "split:b");
+  assert.ok(onB > onC, `B granted ${onB} after C had granted ${onC}`);
+  sim.start(C);
+  await sim.advance(3000);
+  const after = await sim.grant((await sim.waitForOneActive()).address, "split:after");
+  assert.ok(after > onC, `${after} after ${onC}`);
+});
+
+Deno.test("ClusterNode: a node that was active alone from the start returns as a follower and the active rises above its tokens", async () => {
+  // Both sides of a partition promote from the same floor (a clock that stands still), each
+  // in its own lane. A's first token is half way into a slab of lane 0, so its reservation
+  // jumps to its next slab, past C's tokens: C, back as a follower, must still report them,
+  // not the active's reservation it replicates.
+  const wall = 1_750_000_000_052; // ms; in ns, half way into a slab of lane 0
+  const sim = new SimCluster({ size: 3, wallClock: () => wall });
+  sim.partition([C], [A, B], "down");
+  const actives = () => [A, C].every((address) => sim.node(address).role === "active");
+  assert.ok(await sim.runUntil(actives, 5000), sim.describe());
+  const onA = await sim.grant(A, "alone:a");
+  const onC = await sim.grant(C, "alone:c");
+  sim.kill(C);
+  sim.heal();
+  await sim.advance(500);
+  sim.start(C);
+  await sim.waitForSync(3000);
+  await sim.advance(1000);
+  const raised = sim.node(A).warnings.filter((line) => line.includes("raised"));
+  assert.equal(raised.length, 1, `A rose above C's tokens once: ${raised}`);
+  const after = await sim.grant(A, "alone:after");
+  assert.ok(after > onC && after > onA, `${after} after ${onC} (C) and ${onA} (A)`);
 });

@@ -143,6 +143,7 @@ function stream(
       block: 1000n,
       raiseTo() {},
       learn() {},
+      learned: 0n,
       owns: () => true,
     },
     owners: new Owners(),

@@ -467,7 +467,7 @@ export class ClusterNode implements PeerReceiver {
   #promote(): void {
     const tokens = this.#port.tokens;
     tokens.raiseTo(promotionFloor({
-      last: tokens.last,
+      last: tokens.last > tokens.learned ? tokens.last : tokens.learned,
       peersMark: this.#peers.highestMark(),
       clustered: this.#peers.size > 0,
       block: tokens.block,
@@ -486,6 +486,7 @@ export class ClusterNode implements PeerReceiver {
     if (activation !== undefined) this.#port.promoted?.("handoff");
     this.#handover.forgetTaking();
     this.#activation = activation ?? (this.#io.newActivation ?? randomActivation)();
+    this.#port.tokens.raiseTo(this.#port.tokens.learned); // another active's, heard as a standby
     this.replica.own(this.#port.tokens.last);
     this.#activeAddress = this.#self;
     this.stream.clear();

@@ -35,7 +35,10 @@ export interface ReplicatedTable {
 
 /** The fencing-token mark of this node (`TokenStore`). */
 export interface TokenMark {
-  /** The last token issued or known. */
+  /**
+   * The last token this node issued, or a floor it was raised to, or the mark it started
+   * from: what it reports as a follower. Marks of other nodes are learned, not taken here.
+   */
   readonly last: bigint;
   /** The mark reserved on disk. */
   readonly reserved: bigint;
@@ -61,6 +64,8 @@ export interface TokenMark {
    * stream, so a token it issued while active on its own is not hidden behind it.
    */
   learn(mark: bigint): void;
+  /** The highest mark learned (0 if none): a node becoming active raises its tokens above it. */
+  readonly learned: bigint;
 }
 
 /** What the cluster node needs from the lock server it runs in. */
