@@ -292,7 +292,7 @@ export function renderPrometheus(
   metric(
     "lockd_token_last",
     "gauge",
-    "The last fencing token this node issued or started from (a float here, exact in /status).",
+    "The last fencing token issued or known (a float here, exact in /status).",
     one(status.tokens.last),
   );
   metric(

@@ -24,7 +24,7 @@ export interface StatusParts {
   stopping: boolean;
   /** The lock table's sizes. */
   table: { readonly held: number; readonly waiting: number };
-  /** The token mark: the last token this node issued (or started from), and the mark reserved. */
+  /** The token mark: the last token issued or known, and the mark reserved. */
   tokens: { readonly last: bigint; readonly reserved: bigint };
   /** Counters and the grant rate. */
   metrics: Metrics;

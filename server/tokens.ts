@@ -80,8 +80,8 @@ export class TokenStore {
   #announced: bigint;
   /** The last marks passed to `onReserve` (see {@linkcode owns}). */
   #recent: bigint[] = [];
-  /** The highest mark {@linkcode learn}ed from another node. */
-  #learned = 0n;
+  /** The last token issued by {@linkcode next}, or the stored mark (see {@linkcode own}). */
+  #own: bigint;
   #writing: Promise<void> | null = null;
   #closed = false;
   #onReserve: ((mark: bigint) => void) | undefined;
@@ -104,6 +104,7 @@ export class TokenStore {
     this.#log = options?.log ?? stderrLogger();
     this.#lane = options?.lane;
     this.#last = stored;
+    this.#own = stored;
     this.#durable = stored;
     this.#announced = stored;
   }
@@ -163,6 +164,15 @@ export class TokenStore {
       this.#recent.includes(mark);
   }
 
+  /**
+   * The last token this store issued, or the mark it was opened with: what this node may
+   * have issued that no other node knows of ({@linkcode last} also moves with the marks it
+   * learns from other nodes, {@linkcode raiseTo}).
+   */
+  get own(): bigint {
+    return this.#own;
+  }
+
   /** Tokens reserved per disk write. */
   get block(): bigint {
     return this.#block;
@@ -207,6 +217,7 @@ export class TokenStore {
       this.#reserveAsync(laneAhead(this.#durable, block, this.#lane));
     }
     this.#last = token;
+    this.#own = token;
     return token;
   }
 
@@ -230,27 +241,6 @@ export class TokenStore {
   }
 
   /**
-   * Persists `mark`, another node's (a standby keeps the active's announced mark), without
-   * making it {@linkcode last}: what a follower reports stays what it issued or replicated.
-   * It is no mark of this node's own ({@linkcode owns}); the node raises its tokens above it
-   * when it becomes active.
-   */
-  learn(mark: bigint): void {
-    if (mark <= this.#learned) return;
-    if (mark >= MAX_TOKEN) throw new TokensExhaustedError();
-    this.#learned = mark;
-    if (mark <= this.#durable) return;
-    // Not announced, nor one of its own marks (owns): it is another node's.
-    this.#write(mark, "tmp-sync");
-    this.#durable = mark;
-  }
-
-  /** The highest mark {@linkcode learn}ed (0 if none): a node becoming active rises above it. */
-  get learned(): bigint {
-    return this.#learned;
-  }
-
-  /**
    * Waits for a background reservation in flight, persists the exact last token issued and
    * releases the data directory.
    */
@@ -259,10 +249,8 @@ export class TokenStore {
     this.#closed = true;
     try {
       await this.#writing;
-      // The exact last token, or a mark learned from the active above it.
-      const mark = this.#learned > this.#last ? this.#learned : this.#last;
-      this.#write(mark, "tmp-final");
-      this.#durable = mark;
+      this.#write(this.#last, "tmp-final");
+      this.#durable = this.#last;
     } finally {
       this.#lockFile.close();
     }

@@ -35,7 +35,7 @@ export class FakeTokenMark implements TokenMark {
 
   #lane: number | undefined;
   #recent: bigint[] = [];
-  #learned = 0n;
+  #own: bigint;
 
   /**
    * @param stored The mark found in the data directory. @param block Tokens per block.
@@ -45,13 +45,19 @@ export class FakeTokenMark implements TokenMark {
     this.block = block;
     this.#lane = lane;
     this.#last = stored;
+    this.#own = stored;
     this.#reserved = stored + block;
     this.#recent.push(this.#reserved); // the reservation at start, as TokenStore.open makes
   }
 
-  /** The last token issued, or the mark it started from (as `TokenMark.last`). */
+  /** The last token issued or known. */
   get last(): bigint {
     return this.#last;
+  }
+
+  /** As `TokenStore.own`. */
+  get own(): bigint {
+    return this.#own;
   }
 
   /** The mark reserved "on disk": no token above it was issued. */
@@ -80,6 +86,7 @@ export class FakeTokenMark implements TokenMark {
       this.#reserve(laneAhead(this.#reserved, block, lane));
     }
     this.#last = token;
+    this.#own = token;
     return token;
   }
 
@@ -88,23 +95,6 @@ export class FakeTokenMark implements TokenMark {
     if (floor <= this.#last) return;
     this.#last = floor;
     if (floor > this.#reserved) this.#reserve(floor);
-  }
-
-  /** As `TokenStore.learn` (kept on "disk" as the reserved mark). */
-  learn(mark: bigint): void {
-    if (mark <= this.#learned) return;
-    this.#learned = mark;
-    if (mark > this.#reserved) this.#reserved = mark; // not announced, not its own
-  }
-
-  /** As `TokenStore.learned`. */
-  get learned(): bigint {
-    return this.#learned;
-  }
-
-  /** What a graceful stop persists, as `TokenStore.close`: the last token or a learned mark. */
-  get closingMark(): bigint {
-    return this.#learned > this.#last ? this.#learned : this.#last;
   }
 
   #reserve(mark: bigint): void {

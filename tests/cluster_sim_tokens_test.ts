@@ -88,3 +88,41 @@ Deno.test("ClusterNode: a node that was active alone from the start returns as a
   const after = await sim.grant(A, "alone:after");
   assert.ok(after > onC && after > onA, `${after} after ${onC} (C) and ${onA} (A)`);
 });
+
+Deno.test("ClusterNode: a follower passes on the mark of a second active that died, and the active rises above it", async () => {
+  const sim = new SimCluster({ size: 3 });
+  assert.equal((await sim.waitForOneActive()).address, A);
+  await sim.waitForSync();
+  // B promotes on the far side of a partition, C replicates it, then B dies.
+  sim.partition([A], [B, C], "down");
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000), sim.describe());
+  await sim.waitForSync();
+  const onB = await sim.grant(B, "relay:b");
+  sim.kill(B);
+  sim.heal();
+  await sim.advance(3000);
+  const active = await sim.waitForOneActive();
+  const after = await sim.grant(active.address, "relay:after");
+  assert.ok(after > onB, `${active.address} granted ${after} after B had granted ${onB}`);
+});
+
+Deno.test("ClusterNode: a paused active that wakes stays parked while a follower knows higher tokens", async () => {
+  const sim = new SimCluster({ size: 3 });
+  assert.equal((await sim.waitForOneActive()).address, A);
+  await sim.waitForSync();
+  await sim.grant(A, "wake:a");
+  // C hears B but can never sync with it; A is cut from B and paused; B promotes and grants.
+  sim.cut(C, B, "down");
+  sim.partition([A], [B], "down");
+  sim.pause(A);
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000), sim.describe());
+  const onB = await sim.grant(B, "wake:b");
+  await sim.advance(500);
+  sim.kill(B);
+  sim.resume(A);
+  sim.heal();
+  await sim.advance(4000);
+  const active = await sim.waitForOneActive();
+  const after = await sim.grant(active.address, "wake:after");
+  assert.ok(after > onB, `${active.address} granted ${after} after B had granted ${onB}`);
+});

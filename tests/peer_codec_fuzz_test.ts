@@ -85,8 +85,18 @@ const FLAGS = ["0", "1"];
 const ROLES = ["starting", "standby", "active", "handing-off", "leaving"];
 /** Per type, the likely values of each field. */
 const FIELDS: Record<string, string[][]> = {
-  PEER: [["1"], ADDRESSES],
-  HB: [ROLES, ["-", ...ADDRESSES], FLAGS, DECIMALS, ["-", ...ACTIVATIONS], FLAGS, DECIMALS],
+  PEER: [["3"], ADDRESSES],
+  HB: [
+    ROLES,
+    ["-", ...ADDRESSES],
+    FLAGS,
+    DECIMALS,
+    ["-", ...ACTIVATIONS],
+    FLAGS,
+    DECIMALS,
+    ["0", "1", "42"],
+    DECIMALS,
+  ],
   SYNC: [],
   SNAP: [ACTIVATIONS, DECIMALS, DECIMALS],
   H: [KEYS, TOKENS, ["1", "250", "30000", "9007199254740991"]],

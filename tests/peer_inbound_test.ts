@@ -106,14 +106,14 @@ function inboundHarness(options: { openedAt?: number; trace?: boolean } = {}) {
 
 Deno.test("PeerInbound hands each message to the receiver", () => {
   const h = inboundHarness();
-  h.inbound.line("HB active - 0 5000000 0a1b2c3d 1 1 0");
+  h.inbound.line("HB active - 0 5000000 0a1b2c3d 1 1 0 5000000");
   h.inbound.line("SYNC");
   h.inbound.line("TAKEN c3");
   h.inbound.line("COMMIT c3");
   h.inbound.line("ABORT d4");
   h.inbound.line("SEQ 3");
   h.inbound.line("ACK 2");
-  h.inbound.line("PEER 2 10.0.0.2:7400");
+  h.inbound.line("PEER 3 10.0.0.2:7400");
   assert.deepEqual(h.receiver.take(), [
     "hb 10.0.0.2:7400 active 5000000",
     "sync 10.0.0.2:7400",
@@ -242,7 +242,7 @@ Deno.test("PeerInbound drops lines that waited in a connection opened before a f
 
 Deno.test("PeerInbound traces messages when asked, heartbeats excepted", () => {
   const h = inboundHarness({ trace: true });
-  h.inbound.line("HB active - 0 0 - 0 0 0");
+  h.inbound.line("HB active - 0 0 - 0 0 0 0");
   h.inbound.line("SYNC");
   assert.deepEqual(h.debug, ["10.0.0.2:7400 > SYNC"]);
 });

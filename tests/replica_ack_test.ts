@@ -17,7 +17,7 @@ function replicaWithLinks() {
   const ctx = {
     table: { clear() {} },
     owners: { clear() {} },
-    tokens: { raiseTo() {}, learn() {} },
+    tokens: { raiseTo() {} },
     clock: () => 0,
     network: {
       send: (to: string, message: PeerMessage) => up && sent.push({ to, message }),

@@ -16,12 +16,12 @@ import { SimCluster } from "./_sim_cluster.ts";
 const [A, B] = ["a:7001", "b:7002"];
 const TIMEOUT = 1000;
 
-function sender(role: Role, activeAddress: string | undefined, mark: bigint) {
-  return { role, activeAddress, mark };
+function sender(role: Role, activeAddress: string | undefined, mark: bigint, own = 0n) {
+  return { role, activeAddress, mark, own };
 }
 
 Deno.test("heartbeatFloor(): a node that is not active takes an active's mark above its own", () => {
-  const tokens = { last: 10n, reserved: 10n, owns: (mark: bigint) => mark <= 1000n };
+  const tokens = { last: 10n, owns: (mark: bigint) => mark <= 1000n };
   for (const role of ["starting", "standby", "leaving"] as const) {
     const self = { address: B, role };
     assert.equal(heartbeatFloor(self, tokens, sender("active", A, 5000n)), 5000n, role);
@@ -30,17 +30,11 @@ Deno.test("heartbeatFloor(): a node that is not active takes an active's mark ab
   }
   const handingOff = { address: B, role: "handing-off" as const };
   assert.equal(heartbeatFloor(handingOff, tokens, sender("active", A, 5000n)), undefined);
-  // Already kept on disk (learned earlier).
-  const learned = { ...tokens, reserved: 5000n };
-  assert.equal(
-    heartbeatFloor({ address: B, role: "standby" }, learned, sender("active", A, 5000n)),
-    undefined,
-  );
 });
 
 Deno.test("heartbeatFloor(): an active takes only a follower's mark above its reserved block", () => {
   const self = { address: A, role: "active" as const };
-  const tokens = { last: 10n, reserved: 1000n, owns: (mark: bigint) => mark <= 1000n };
+  const tokens = { last: 10n, owns: (mark: bigint) => mark <= 1000n };
   assert.equal(heartbeatFloor(self, tokens, sender("standby", A, 5000n)), 5000n);
   assert.equal(heartbeatFloor(self, tokens, sender("starting", A, 5000n)), 5000n);
   // Its own mark, learned from it: raising to it would skip a block at every heartbeat.
@@ -113,25 +107,17 @@ Deno.test("raiseOnHeartbeat(): a follower's mark the active announced, still bei
   }
 });
 
-Deno.test("raiseOnHeartbeat(): a standby keeps the active's mark on disk, not as its own last token", async () => {
-  // A standby that was active alone during a split brain reports its own mark; taking the
-  // active's higher one as its last token would hide it (the active would never rise above
-  // the tokens it issued).
-  const dir = await Deno.makeTempDir({ prefix: "lockd-succession-" });
-  const log = capturingLogger();
-  let store = TokenStore.open(dir, { block: 100n, log });
-  try {
-    const own = store.next();
-    const self = { address: B, role: "standby" as const };
-    raiseOnHeartbeat(self, store, A, sender("active", A, 90_000n), log);
-    assert.equal(store.last, own, "what it reports stays its own");
-    assert.equal(store.reserved, 90_000n, "the active's mark is on disk");
-    assert.deepEqual(log.lines.filter((l) => l.startsWith("warn")), []);
-    await store.close();
-    store = TokenStore.open(dir, { block: 100n, log });
-    assert.equal(store.last, 90_000n, "a graceful stop keeps the learned mark");
-  } finally {
-    await store.close();
-    await Deno.remove(dir, { recursive: true });
-  }
+Deno.test("heartbeatFloor(): an active rises above a follower's own mark hidden behind its highest known", () => {
+  // The follower knows this active's reservation (5000n, its own: no raise), but its own
+  // mark 3000n (a token it issued while active alone, in another lane) is not this node's.
+  const self = { address: A, role: "active" as const };
+  const tokens = { last: 10n, owns: (mark: bigint) => mark === 5000n || mark <= 1000n };
+  assert.equal(heartbeatFloor(self, tokens, sender("standby", A, 5000n, 3000n)), 3000n);
+  assert.equal(heartbeatFloor(self, tokens, sender("standby", A, 5000n, 900n)), undefined);
+  assert.equal(heartbeatFloor(self, tokens, sender("standby", A, 5000n, 5n)), undefined);
+  // Both foreign: the higher.
+  assert.equal(heartbeatFloor(self, tokens, sender("standby", A, 7000n, 3000n)), 7000n);
+  assert.equal(heartbeatFloor(self, tokens, sender("standby", A, 3000n, 7000n)), 7000n);
+  // Not a follower: neither counts.
+  assert.equal(heartbeatFloor(self, tokens, sender("standby", B, 5000n, 3000n)), undefined);
 });

@@ -216,6 +216,7 @@ Deno.test("heartbeatFloor(): an active rises above another lane's token below it
       role: "standby" as const,
       activeAddress: self.address,
       mark,
+      own: 0n,
     });
     const foreign = tokens.last + 2n * LANE_SLAB + 5n; // lane 2
     assert.equal(heartbeatFloor(self, tokens, follower(foreign)), foreign);

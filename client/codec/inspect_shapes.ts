@@ -108,7 +108,7 @@ export interface NodeStatus {
   holders: number;
   /** Acquires queued. */
   waiters: number;
-  /** The last token the node issued (or started from), and the reserved mark, as decimal strings (u64). */
+  /** The last token issued or known, and the reserved mark, as decimal strings (u64). */
   tokens: { last: string; mark: string };
   /** What it counted since it started. */
   counts: NodeCounts;

@@ -11,7 +11,7 @@
 
 import type { Gate } from "../session.ts";
 import { decide, type Role, type SelfView, successor } from "./election.ts";
-import { announcedMark, promotionFloor, raiseOnHeartbeat } from "./succession.ts";
+import { announcedMark, ownMark, promotionFloor, raiseOnHeartbeat } from "./succession.ts";
 import { type Carried, handoffLimitMs, NO_ACTIVE, redirectTo } from "./handoff.ts";
 import { Handover } from "./handover.ts";
 import type { Owner } from "../owners.ts";
@@ -432,6 +432,7 @@ export class ClusterNode implements PeerReceiver {
       active: active !== undefined && this.#isLiveActive(active) ? active : undefined,
       synced: self.synced,
       mark: announcedMark(self.role, this.#port.tokens),
+      own: ownMark(self.role, this.#port.tokens),
       activation: self.activation,
       replica: self.replica,
       floor: self.floor,
@@ -467,7 +468,7 @@ export class ClusterNode implements PeerReceiver {
   #promote(): void {
     const tokens = this.#port.tokens;
     tokens.raiseTo(promotionFloor({
-      last: tokens.last > tokens.learned ? tokens.last : tokens.learned,
+      last: tokens.last,
       peersMark: this.#peers.highestMark(),
       clustered: this.#peers.size > 0,
       block: tokens.block,
@@ -486,7 +487,6 @@ export class ClusterNode implements PeerReceiver {
     if (activation !== undefined) this.#port.promoted?.("handoff");
     this.#handover.forgetTaking();
     this.#activation = activation ?? (this.#io.newActivation ?? randomActivation)();
-    this.#port.tokens.raiseTo(this.#port.tokens.learned); // another active's, heard as a standby
     this.replica.own(this.#port.tokens.last);
     this.#activeAddress = this.#self;
     this.stream.clear();

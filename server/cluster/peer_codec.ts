@@ -11,10 +11,10 @@ import { clientNameError, keyError, MAX_TOKEN } from "../../client/codec.ts";
 import type { Role } from "./election.ts";
 
 /** Version of the peer protocol sent in the handshake. */
-export const PEER_PROTOCOL_VERSION = 2;
+export const PEER_PROTOCOL_VERSION = 3;
 
 /**
- * `PEER 2 <address> [<nonce>]`: the first line of a connection a node dials to a peer; the
+ * `PEER 3 <address> [<nonce>]`: the first line of a connection a node dials to a peer; the
  * nonce when the cluster authenticates peers (see `peer_auth.ts`).
  */
 export interface PeerHello {
@@ -56,6 +56,11 @@ export interface Heartbeat {
   synced: boolean;
   /** Its token mark: an active's reserved block, anyone else's highest known token or mark. */
   mark: bigint;
+  /**
+   * Its own mark: an active's reserved block, anyone else's last token it issued itself or
+   * the mark it started from (which `mark` may hide behind a larger one it learned).
+   */
+  own: bigint;
   /** The activation it is in sync with, or its own while active. */
   activation: string | undefined;
   /** Whether it holds a complete replica of some activation's state. */
@@ -235,7 +240,7 @@ const FIELDS: Record<string, number> = {
   PEER: 3,
   PEERAUTH: 3,
   PEERPROOF: 2,
-  HB: 9,
+  HB: 10,
   SYNC: 1,
   SNAP: 5,
   H: 4,
@@ -281,7 +286,7 @@ export function encodePeer(message: PeerMessage): string {
         message.synced ? 1 : 0
       } ${message.mark} ${message.activation ?? "-"} ${
         message.replica ? 1 : 0
-      } ${message.floor} ${message.position}`;
+      } ${message.floor} ${message.position} ${message.own}`;
     case "SNAP":
       return `SNAP ${message.activation} ${message.lastToken} ${message.floor} ${message.position}`;
     case "H":
@@ -426,6 +431,7 @@ export function decodePeer(line: string): PeerMessage | PeerDecodeError {
           replica: flag(f[6], "replica"),
           floor: decimal(f[7], "floor"),
           position: f[8] === "0" ? 0 : batch(f[8]),
+          own: decimal(f[9], "own mark"),
         };
       }
       case "SNAP":

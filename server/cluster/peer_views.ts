@@ -31,6 +31,8 @@ export interface PeerState {
   floor: bigint;
   /** Its token mark. */
   mark: bigint;
+  /** Its own mark (the `HB` field `own`). */
+  own: bigint;
   /** The activation it is in sync with, or its own. */
   activation: string | undefined;
   /** How far it applied that activation's stream (the last batch it acknowledged). */
@@ -62,6 +64,7 @@ export class PeerViews {
         replica: false,
         floor: 0n,
         mark: 0n,
+        own: 0n,
         activation: undefined,
         position: 0,
       });
@@ -104,6 +107,7 @@ export class PeerViews {
     peer.synced = hb.synced;
     peer.replica = hb.replica;
     peer.mark = hb.mark;
+    peer.own = hb.own;
     peer.floor = hb.floor;
     peer.activation = hb.activation;
     peer.position = hb.position;

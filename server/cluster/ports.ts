@@ -35,10 +35,7 @@ export interface ReplicatedTable {
 
 /** The fencing-token mark of this node (`TokenStore`). */
 export interface TokenMark {
-  /**
-   * The last token this node issued, or a floor it was raised to, or the mark it started
-   * from: what it reports as a follower. Marks of other nodes are learned, not taken here.
-   */
+  /** The last token issued or known. */
   readonly last: bigint;
   /** The mark reserved on disk. */
   readonly reserved: bigint;
@@ -59,13 +56,10 @@ export interface TokenMark {
   /** Makes every later token greater than `floor`, persisting it. */
   raiseTo(floor: bigint): void;
   /**
-   * Persists `mark`, another node's, without making it {@linkcode last}: a standby keeps the
-   * active's announced mark on disk, yet reports only what it knows of its own and from the
-   * stream, so a token it issued while active on its own is not hidden behind it.
+   * The last token this node issued itself, or the mark it started from: what it may have
+   * issued that no other node knows of (`last` may hide it behind a larger mark it learned).
    */
-  learn(mark: bigint): void;
-  /** The highest mark learned (0 if none): a node becoming active raises its tokens above it. */
-  readonly learned: bigint;
+  readonly own: bigint;
 }
 
 /** What the cluster node needs from the lock server it runs in. */

@@ -69,12 +69,12 @@ export class Replica {
     this.seen = { activation, token: lastToken };
     this.#ctx.table.clear();
     this.#ctx.owners.clear();
-    this.#ctx.tokens.learn(lastToken);
+    this.#ctx.tokens.raiseTo(lastToken);
   }
 
   /** `H`: `key` is held by `token` for `remainingMs`, for `owner`. */
   held(key: string, token: bigint, remainingMs: number, owner = 0): void {
-    this.#ctx.tokens.learn(token);
+    this.#ctx.tokens.raiseTo(token);
     if (token > this.seen.token) this.seen.token = token;
     this.#ctx.table.restore(key, token, this.#ctx.clock() + remainingMs, true, owner);
   }
@@ -94,12 +94,9 @@ export class Replica {
     this.#ctx.table.forget(key, token);
   }
 
-  /**
-   * `W`: the active reserved tokens up to `mark`; never issue at or below it (learned: a
-   * standby reports only its own marks, docs/cluster.md "Token succession").
-   */
+  /** `W`: the active reserved tokens up to `mark`; never issue at or below it. */
   mark(mark: bigint): void {
-    this.#ctx.tokens.learn(mark);
+    this.#ctx.tokens.raiseTo(mark);
   }
 
   /** `SEQ n` from `active`: everything before it is applied, so acknowledge batch `n`. */

@@ -59,6 +59,16 @@ export function announcedMark(role: Role, tokens: { last: bigint; announced: big
   return role === "active" || role === "handing-off" ? tokens.announced : tokens.last;
 }
 
+/**
+ * The own mark a node announces in its heartbeat: an active (or one handing off) the block
+ * it reserved; any other node the last token it issued itself, or the mark it started from.
+ * Its {@linkcode announcedMark} may hide that one behind a larger mark it learned from the
+ * active (in another lane), so an active checks both ({@linkcode heartbeatFloor}).
+ */
+export function ownMark(role: Role, tokens: { own: bigint; announced: bigint }): bigint {
+  return role === "active" || role === "handing-off" ? tokens.announced : tokens.own;
+}
+
 /** A heartbeat's sender, as {@linkcode heartbeatFloor} needs it. */
 export interface MarkSender {
   /** Its role. */
@@ -67,16 +77,16 @@ export interface MarkSender {
   activeAddress: string | undefined;
   /** Its mark: an active's reserved block, anyone else's highest known token or mark. */
   mark: bigint;
+  /** Its own mark ({@linkcode ownMark}). */
+  own: bigint;
 }
 
 /**
  * The floor this node's tokens must be raised above on hearing `peer`'s heartbeat, or
  * `undefined` to leave them:
  *
- * - a node that is not active (nor handing off) keeps an active's mark on disk, which bounds
- *   every token that active may issue, so even a full-cluster restart never reuses one
- *   ({@linkcode raiseOnHeartbeat} learns it without making it the node's last token: the
- *   mark a follower reports must stay its own, see below);
+ * - a node that is not active (nor handing off) takes an active's mark, which bounds every
+ *   token that active may issue, so even a full-cluster restart never reuses one;
  * - an active takes the mark of a node that follows it when that mark is above its own
  *   reserved block: the follower knows a token this active never issued (it was active
  *   itself during a split brain, then restarted and rejoined as a standby, so no merge
@@ -90,31 +100,35 @@ export interface MarkSender {
  * @example
  * ```ts ignore
  * const self = { address: "10.0.0.1:7321", role: "active" as const };
- * const peer = { role: "standby" as const, activeAddress: self.address, mark: 5000n };
- * const tokens = { last: 10n, reserved: 1000n, owns: (mark: bigint) => mark <= 1000n };
+ * const peer = { role: "standby" as const, activeAddress: self.address, mark: 5000n, own: 0n };
+ * const tokens = { last: 10n, owns: (mark: bigint) => mark <= 1000n };
  * heartbeatFloor(self, tokens, peer); // 5000n
  * ```
  */
 export function heartbeatFloor(
   self: { address: string; role: Role },
-  tokens: { last: bigint; reserved: bigint; owns(mark: bigint): boolean },
+  tokens: { last: bigint; owns(mark: bigint): boolean },
   peer: MarkSender,
 ): bigint | undefined {
   if (self.role === "active") {
     const follower = peer.role !== "active" && peer.role !== "handing-off" &&
       peer.activeAddress === self.address;
+    if (!follower) return undefined;
     // Another lane's token is another node's, even below this node's reservation (which
-    // runs ahead in its own lane); a mark it announced itself comes back as an echo.
-    return follower && peer.mark > tokens.last && !tokens.owns(peer.mark) ? peer.mark : undefined;
+    // runs ahead in its own lane); a mark it announced itself comes back as an echo. The
+    // follower's own mark counts too: its highest known may be this node's reservation.
+    const foreign = (mark: bigint) => mark > tokens.last && !tokens.owns(mark);
+    const mark = foreign(peer.mark) ? peer.mark : undefined;
+    return foreign(peer.own) && (mark === undefined || peer.own > mark) ? peer.own : mark;
   }
   if (self.role === "handing-off" || peer.role !== "active") return undefined;
-  return peer.mark > tokens.last && peer.mark > tokens.reserved ? peer.mark : undefined;
+  return peer.mark > tokens.last ? peer.mark : undefined;
 }
 
 /**
- * Applies {@linkcode heartbeatFloor} to `tokens` for a heartbeat from `from`: any other
- * node learns the active's mark (`TokenMark.learn`); an active that must raise its tokens
- * logs it (`tokens-raised`): a node that issued higher tokens came back as its follower.
+ * Applies {@linkcode heartbeatFloor} to `tokens` for a heartbeat from `from`; an active that
+ * must raise its tokens logs it (`tokens-raised`): a node that issued higher tokens came
+ * back as its follower.
  */
 export function raiseOnHeartbeat(
   self: { address: string; role: Role },
@@ -125,11 +139,12 @@ export function raiseOnHeartbeat(
 ): void {
   const floor = heartbeatFloor(self, tokens, peer);
   if (floor === undefined) return;
-  if (self.role !== "active") return tokens.learn(floor);
-  log.warn(`fencing tokens raised above ${floor}, the highest known to ${from}`, {
-    event: "tokens-raised",
-    peer: from,
-    floor,
-  });
+  if (self.role === "active") {
+    log.warn(`fencing tokens raised above ${floor}, the highest known to ${from}`, {
+      event: "tokens-raised",
+      peer: from,
+      floor,
+    });
+  }
   tokens.raiseTo(floor);
 }
