@@ -56,10 +56,7 @@ export interface Heartbeat {
   synced: boolean;
   /** Its token mark: an active's reserved block, anyone else's highest known token or mark. */
   mark: bigint;
-  /**
-   * Its own mark: an active's reserved block, anyone else's last token it issued itself or
-   * the mark it started from (which `mark` may hide behind a larger one it learned).
-   */
+  /** Its own mark: an active's reserved block, anyone else's last token or starting mark. */
   own: bigint;
   /** The activation it is in sync with, or its own while active. */
   activation: string | undefined;
