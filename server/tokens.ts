@@ -111,7 +111,8 @@ export class TokenStore {
 
   /**
    * Opens (creating if needed) the data directory, takes its lock, reads the stored mark and
-   * reserves the first block, synchronously, before the server accepts anything.
+   * reserves the first block (a single node; a cluster node on its first token),
+   * synchronously, before the server accepts anything.
    *
    * @param dir The data directory.
    * @throws {DataDirError} If the directory is not writable, is used by another lockd, or
@@ -145,7 +146,9 @@ export class TokenStore {
     try {
       const store = new TokenStore(dir, lockFile, readMark(join(dir, FILE)), options);
       if (store.#last >= MAX_TOKEN) throw new TokensExhaustedError();
-      store.#reserveSync(store.#last + store.#block);
+      // A cluster node reserves on its first token: a reservation made at start and left on
+      // disk by a kill -9 would come back as a mark of its own that no node ever issued.
+      if (store.#lane === undefined) store.#reserveSync(store.#last + store.#block);
       return store;
     } catch (error) {
       lockFile.close();

@@ -46,8 +46,10 @@ export class FakeTokenMark implements TokenMark {
     this.#lane = lane;
     this.#last = stored;
     this.#own = stored;
-    this.#reserved = stored + block;
-    this.#recent.push(this.#reserved); // the reservation at start, as TokenStore.open makes
+    // As TokenStore.open: a single node reserves a block at start, a cluster node on its
+    // first token.
+    this.#reserved = lane === undefined ? stored + block : stored;
+    if (lane === undefined) this.#recent.push(this.#reserved);
   }
 
   /** The last token issued or known. */

@@ -126,3 +126,29 @@ Deno.test("ClusterNode: a paused active that wakes stays parked while a follower
   const after = await sim.grant(active.address, "wake:after");
   assert.ok(after > onB, `${active.address} granted ${after} after B had granted ${onB}`);
 });
+
+Deno.test("ClusterNode: a standby killed soon after a restart raises no tokens when it returns", async () => {
+  // A reservation made at start and left on disk by kill -9 would come back as a mark of the
+  // standby's own that no node issued (here in lane 1: A's first block ends 88 tokens before
+  // the end of a lane-0 slab).
+  const sim = new SimCluster({ size: 3, block: 1000n, wallClock: () => 1_750_000_061_239 });
+  assert.equal((await sim.waitForOneActive()).address, A);
+  await sim.waitForSync();
+  await sim.grant(A, "crash:first");
+  await sim.advance(300);
+  const left = sim.shutdown(B);
+  assert.ok(await sim.runUntil(() => sim.node(B).exited, 1000));
+  assert.equal(await left, false);
+  sim.start(B);
+  await sim.waitForSync(3000);
+  await sim.advance(300);
+  sim.kill(B);
+  const before: bigint[] = [];
+  for (let i = 0; i < 600; i++) before.push(await sim.grant(A, `crash:${i}`));
+  sim.start(B);
+  await sim.waitForSync(3000);
+  await sim.advance(1000);
+  const raised = sim.node(A).warnings.filter((line) => line.includes("raised"));
+  assert.deepEqual(raised, [], "B's restart raised A's tokens");
+  assert.equal(await sim.grant(A, "crash:after"), before.at(-1)! + 1n, "no jump");
+});

@@ -64,8 +64,11 @@ export function mergeHandoff(
   carriedOwners: readonly Owner[] = [],
 ): void {
   const { table, tokens, now } = ctx;
-  // Above every token the old active issued: it froze before sending its last token.
+  // Above every token the old active issued: it froze before sending its last token. And
+  // above its reservation, which its followers may still report as their highest known
+  // (after a merge they would otherwise make this node rise once more, with a warning).
   tokens.raiseTo(header.lastToken);
+  tokens.raiseTo(header.mark);
   if (carried === undefined) return;
   for (const c of carried) tokens.raiseTo(c.token);
   let stale: Holder[] = [];
