@@ -6,14 +6,27 @@
  */
 
 import assert from "node:assert/strict";
-import { SimCluster } from "./_sim_cluster.ts";
+import { SimCluster, type SimClusterOptions } from "./_sim_cluster.ts";
 
 const [A, B, C] = ["a:7001", "b:7002", "c:7003"];
 
-Deno.test("ClusterNode: a handover to a restarted standby raises no tokens", async () => {
-  const sim = new SimCluster({ size: 3 });
+/** A cluster settled after its cold start: `A` active, every standby in sync. */
+async function settled(options: SimClusterOptions = {}): Promise<SimCluster> {
+  const sim = new SimCluster({ size: 3, ...options });
   assert.equal((await sim.waitForOneActive()).address, A);
   await sim.waitForSync();
+  return sim;
+}
+
+/** Once one node is active again, its next grant is above `earlier`. */
+async function grantsAbove(sim: SimCluster, earlier: bigint, key: string): Promise<void> {
+  const active = await sim.waitForOneActive();
+  const after = await sim.grant(active.address, key);
+  assert.ok(after > earlier, `${active.address} granted ${after} after ${earlier}`);
+}
+
+Deno.test("ClusterNode: a handover to a restarted standby raises no tokens", async () => {
+  const sim = await settled();
   for (let i = 0; i < 20; i++) await sim.grant(A, `restart:${i}`);
   for (const address of [B, C]) {
     const left = sim.shutdown(address);
@@ -40,9 +53,7 @@ Deno.test("ClusterNode: a handover to a restarted standby raises no tokens", asy
 });
 
 Deno.test("ClusterNode: a standby that heard a second active's mark rises above it when handed over to", async () => {
-  const sim = new SimCluster({ size: 3 });
-  assert.equal((await sim.waitForOneActive()).address, A);
-  await sim.waitForSync();
+  const sim = await settled();
   // C alone promotes and grants; then only A and C are cut, so B (following A) hears C.
   sim.partition([C], [A, B], "down");
   assert.ok(await sim.runUntil(() => sim.node(C).role === "active", 3000), sim.describe());
@@ -90,9 +101,7 @@ Deno.test("ClusterNode: a node that was active alone from the start returns as a
 });
 
 Deno.test("ClusterNode: a follower passes on the mark of a second active that died, and the active rises above it", async () => {
-  const sim = new SimCluster({ size: 3 });
-  assert.equal((await sim.waitForOneActive()).address, A);
-  await sim.waitForSync();
+  const sim = await settled();
   // B promotes on the far side of a partition, C replicates it, then B dies.
   sim.partition([A], [B, C], "down");
   assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000), sim.describe());
@@ -101,15 +110,11 @@ Deno.test("ClusterNode: a follower passes on the mark of a second active that di
   sim.kill(B);
   sim.heal();
   await sim.advance(3000);
-  const active = await sim.waitForOneActive();
-  const after = await sim.grant(active.address, "relay:after");
-  assert.ok(after > onB, `${active.address} granted ${after} after B had granted ${onB}`);
+  await grantsAbove(sim, onB, "relay:after");
 });
 
 Deno.test("ClusterNode: a paused active that wakes stays parked while a follower knows higher tokens", async () => {
-  const sim = new SimCluster({ size: 3 });
-  assert.equal((await sim.waitForOneActive()).address, A);
-  await sim.waitForSync();
+  const sim = await settled();
   await sim.grant(A, "wake:a");
   // C hears B but can never sync with it; A is cut from B and paused; B promotes and grants.
   sim.cut(C, B, "down");
@@ -122,18 +127,14 @@ Deno.test("ClusterNode: a paused active that wakes stays parked while a follower
   sim.resume(A);
   sim.heal();
   await sim.advance(4000);
-  const active = await sim.waitForOneActive();
-  const after = await sim.grant(active.address, "wake:after");
-  assert.ok(after > onB, `${active.address} granted ${after} after B had granted ${onB}`);
+  await grantsAbove(sim, onB, "wake:after");
 });
 
 Deno.test("ClusterNode: a standby killed soon after a restart raises no tokens when it returns", async () => {
   // A reservation made at start and left on disk by kill -9 would come back as a mark of the
   // standby's own that no node issued (here in lane 1: A's first block ends 88 tokens before
   // the end of a lane-0 slab).
-  const sim = new SimCluster({ size: 3, block: 1000n, wallClock: () => 1_750_000_061_239 });
-  assert.equal((await sim.waitForOneActive()).address, A);
-  await sim.waitForSync();
+  const sim = await settled({ block: 1000n, wallClock: () => 1_750_000_061_239 });
   await sim.grant(A, "crash:first");
   await sim.advance(300);
   const left = sim.shutdown(B);
