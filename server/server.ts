@@ -290,7 +290,7 @@ export class LockServer {
   }
 
   /**
-   * Opens the data directory (reserving tokens) and starts listening.
+   * Opens the data directory (a single node reserves tokens) and starts listening.
    *
    * @throws {DataDirError} The data directory is unusable (see its message).
    * @throws {TokensExhaustedError} The stored mark is already 2^64-1.

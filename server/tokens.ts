@@ -147,8 +147,10 @@ export class TokenStore {
       const store = new TokenStore(dir, lockFile, readMark(join(dir, FILE)), options);
       if (store.#last >= MAX_TOKEN) throw new TokensExhaustedError();
       // A cluster node reserves on its first token: a reservation made at start and left on
-      // disk by a kill -9 would come back as a mark of its own that no node ever issued.
+      // disk by a kill -9 would come back as a mark of its own that no node ever issued. It
+      // writes the stored mark back instead, so an unwritable directory still stops it here.
       if (store.#lane === undefined) store.#reserveSync(store.#last + store.#block);
+      else store.#write(store.#last, "tmp-sync");
       return store;
     } catch (error) {
       lockFile.close();

@@ -208,8 +208,8 @@ Deno.test("heartbeatFloor(): an active rises above another lane's token below it
   const dir = await Deno.makeTempDir({ prefix: "lockd-lanes-" });
   const tokens = TokenStore.open(dir, { lane: 0, block: 3_000_000n, log: capturingLogger() });
   try {
-    const atStart = tokens.announced; // the reservation made at start, in no lane
-    tokens.raiseTo(5n * LANE_SLAB * LANES + 10n);
+    const floor = 5n * LANE_SLAB * LANES + 2n * LANE_SLAB + 10n; // in lane 2
+    tokens.raiseTo(floor); // announced exactly: a mark of its own, though in another lane
     tokens.next(); // reserves three million tokens of lane 0 ahead
     const self = { address: "a:7001", role: "active" as const };
     const follower = (mark: bigint) => ({
@@ -223,7 +223,8 @@ Deno.test("heartbeatFloor(): an active rises above another lane's token below it
     assert.equal(heartbeatFloor(self, tokens, follower(tokens.announced)), undefined, "its W");
     assert.equal(heartbeatFloor(self, tokens, follower(tokens.last + 7n)), undefined, "its lane");
     assert.equal(heartbeatFloor(self, tokens, follower(tokens.last)), undefined);
-    assert.ok(tokens.owns(atStart), "the reservation at start is its own too");
+    assert.ok(tokens.owns(floor), "the floor it announced is its own too");
+    assert.equal(heartbeatFloor(self, tokens, follower(floor)), undefined);
     const above = tokens.announced + 1n;
     assert.equal(heartbeatFloor(self, tokens, follower(above)), above);
   } finally {

@@ -112,6 +112,18 @@ Deno.test("TokenStore.open() throws DataDirError for an unusable dir", async (t)
       assert.ok(error.message.includes(`${dir}/tokens`), error.message);
     });
   });
+  await t.step(
+    "a mark that cannot be written, in a cluster (lane) as for a single node",
+    async () => {
+      await withTempDir((dir) => {
+        Deno.mkdirSync(`${dir}/tokens.tmp-sync`); // every synchronous write of the mark fails
+        for (const lane of [undefined, 0, 3]) {
+          const error = throwsA(() => TokenStore.open(dir, { lane }), DataDirError);
+          assert.match(error.message, /Cannot write the token mark.*--data-dir/);
+        }
+      });
+    },
+  );
   await t.step("a lock path that is a directory", async () => {
     await withTempDir((dir) => {
       Deno.mkdirSync(`${dir}/lock`);
