@@ -96,3 +96,33 @@ export function laneReach(count: bigint): bigint {
   const slabs = (count + LANE_SLAB - 1n) / LANE_SLAB;
   return slabs * LANES * LANE_SLAB;
 }
+
+/**
+ * Which marks are a node's own, for an active judging a follower's mark (docs/cluster.md,
+ * "Token succession"): at or below its announced mark and in its lane (any, for a single
+ * node), or one of the last marks it announced itself (a floor it was raised to, exactly, in
+ * whatever lane; a single node's reservation at start). A follower echoing one of those is
+ * no sign of a token another node issued.
+ */
+export class OwnMarks {
+  #lane: number | undefined;
+  #recent: bigint[] = [];
+
+  /** @param lane The node's lane (`undefined` for a single node). */
+  constructor(lane: number | undefined) {
+    this.#lane = lane;
+  }
+
+  /** The node announced `mark` (a reservation, `W`). The last 8 are kept. */
+  announced(mark: bigint): void {
+    this.#recent.push(mark);
+    if (this.#recent.length > 8) this.#recent.shift();
+  }
+
+  /** Whether `mark` is the node's own, `announced` being its highest announced mark. */
+  owns(mark: bigint, announced: bigint): boolean {
+    if (mark > announced) return false;
+    return this.#lane === undefined || laneOfToken(mark) === this.#lane ||
+      this.#recent.includes(mark);
+  }
+}

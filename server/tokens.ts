@@ -10,7 +10,7 @@
 
 import { MAX_TOKEN } from "../client/codec.ts";
 import { type Logger, stderrLogger } from "./log.ts";
-import { LANE_SLAB, laneAhead, laneOfToken, tokenAfter } from "./token_lanes.ts";
+import { LANE_SLAB, laneAhead, OwnMarks, tokenAfter } from "./token_lanes.ts";
 
 /** Tokens would pass 2^64-1: no more grants can be made safely. */
 export class TokensExhaustedError extends Error {
@@ -78,8 +78,8 @@ export class TokenStore {
   #durable: bigint;
   /** The highest mark passed to `onReserve`, its write maybe still in flight. */
   #announced: bigint;
-  /** The last marks passed to `onReserve` (see {@linkcode owns}). */
-  #recent: bigint[] = [];
+  /** The marks passed to `onReserve` lately (see {@linkcode owns}). */
+  #ownMarks: OwnMarks;
   /** The last token issued by {@linkcode next}, or the stored mark (see {@linkcode own}). */
   #own: bigint;
   #writing: Promise<void> | null = null;
@@ -103,6 +103,7 @@ export class TokenStore {
     this.#onReserve = options?.onReserve;
     this.#log = options?.log ?? stderrLogger();
     this.#lane = options?.lane;
+    this.#ownMarks = new OwnMarks(this.#lane);
     this.#last = stored;
     this.#own = stored;
     this.#durable = stored;
@@ -158,15 +159,9 @@ export class TokenStore {
     }
   }
 
-  /**
-   * Whether `mark` is this store's own: at or below {@linkcode announced} and in its lane
-   * (any, without one), or one of the marks it announced lately (a reservation made before
-   * it issued in its lane, such as the one at start).
-   */
+  /** Whether `mark` is this store's own ({@linkcode OwnMarks}). */
   owns(mark: bigint): boolean {
-    if (mark > this.announced) return false;
-    return this.#lane === undefined || laneOfToken(mark) === this.#lane ||
-      this.#recent.includes(mark);
+    return this.#ownMarks.owns(mark, this.announced);
   }
 
   /**
@@ -271,8 +266,7 @@ export class TokenStore {
 
   #announce(mark: bigint): void {
     if (mark > this.#announced) this.#announced = mark;
-    this.#recent.push(mark);
-    if (this.#recent.length > 8) this.#recent.shift();
+    this.#ownMarks.announced(mark);
     this.#onReserve?.(mark);
   }
 

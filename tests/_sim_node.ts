@@ -16,7 +16,7 @@ import type { PeerNetwork, ServerPort, TokenMark } from "../server/cluster/ports
 import { LockTable } from "../server/engine/lock_table.ts";
 import type { Logger } from "../server/log.ts";
 import { Owners } from "../server/owners.ts";
-import { laneAhead, laneOf, laneOfToken, tokenAfter } from "../server/token_lanes.ts";
+import { laneAhead, laneOf, OwnMarks, tokenAfter } from "../server/token_lanes.ts";
 import { ClientSession, type Gate, type Ticket, ticketHooks } from "../server/session.ts";
 import type { SimProcess, SimTime } from "./_sim_time.ts";
 
@@ -34,7 +34,7 @@ export class FakeTokenMark implements TokenMark {
   #reserved: bigint;
 
   #lane: number | undefined;
-  #recent: bigint[] = [];
+  #ownMarks: OwnMarks;
   #own: bigint;
 
   /**
@@ -44,12 +44,13 @@ export class FakeTokenMark implements TokenMark {
   constructor(stored: bigint, block: bigint, lane?: number) {
     this.block = block;
     this.#lane = lane;
+    this.#ownMarks = new OwnMarks(lane);
     this.#last = stored;
     this.#own = stored;
     // As TokenStore.open: a single node reserves a block at start, a cluster node on its
     // first token.
     this.#reserved = lane === undefined ? stored + block : stored;
-    if (lane === undefined) this.#recent.push(this.#reserved);
+    if (lane === undefined) this.#ownMarks.announced(this.#reserved);
   }
 
   /** The last token issued or known. */
@@ -69,9 +70,7 @@ export class FakeTokenMark implements TokenMark {
 
   /** As `TokenStore.owns`. */
   owns(mark: bigint): boolean {
-    if (mark > this.#reserved) return false;
-    return this.#lane === undefined || laneOfToken(mark) === this.#lane ||
-      this.#recent.includes(mark);
+    return this.#ownMarks.owns(mark, this.#reserved);
   }
 
   /** The mark announced (reservations are synchronous here: the reserved one). */
@@ -102,8 +101,7 @@ export class FakeTokenMark implements TokenMark {
   #reserve(mark: bigint): void {
     this.onReserve?.(mark);
     this.#reserved = mark;
-    this.#recent.push(mark);
-    if (this.#recent.length > 8) this.#recent.shift();
+    this.#ownMarks.announced(mark);
   }
 }
 

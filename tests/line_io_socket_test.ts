@@ -119,6 +119,19 @@ class FakeStream implements ByteStream {
 }
 
 /** A logger that keeps warnings. */
+/**
+ * A client socket on `stream` whose replies wait for the standbys: each one is at batch
+ * `position`, and `reached()` says how far they acknowledged.
+ */
+function gatedSocket(stream: FakeStream, position: number, reached: () => number): LineSocket {
+  const gate = { position: () => position, reached, wait() {} };
+  return new LineSocket(stream, "10.0.0.9:5555", { line() {}, closed() {} }, {
+    batch: new Batch(),
+    log: recordingLog(),
+    replies: gate,
+  });
+}
+
 function recordingLog(): Logger & { warnings: string[] } {
   const warnings: string[] = [];
   return { warnings, debug() {}, info() {}, warn: (m) => warnings.push(m), error() {} };
@@ -396,12 +409,7 @@ Deno.test("LineSocket closes when a write fails", async () => {
 Deno.test("LineSocket holds a client's replies for the standbys, but not once it is ungated (a peer link)", async () => {
   const stream = new FakeStream();
   let reached = 0;
-  const gate = { position: () => 5, reached: () => reached, wait() {} };
-  const socket = new LineSocket(stream, "10.0.0.9:5555", { line() {}, closed() {} }, {
-    batch: new Batch(),
-    log: recordingLog(),
-    replies: gate,
-  });
+  const socket = gatedSocket(stream, 5, () => reached);
   socket.send("held until position 5");
   socket.flush();
   assert.deepEqual(stream.writes, [], "a client's reply waits for the standbys");
@@ -425,12 +433,7 @@ Deno.test("LineSocket holds a client's replies for the standbys, but not once it
 Deno.test("LineSocket tells whether replies wait for an acknowledgement (unconfirmed)", () => {
   const stream = new FakeStream();
   let reached = 0;
-  const gate = { position: () => 3, reached: () => reached, wait() {} };
-  const socket = new LineSocket(stream, "10.0.0.9:5555", { line() {}, closed() {} }, {
-    batch: new Batch(),
-    log: recordingLog(),
-    replies: gate,
-  });
+  const socket = gatedSocket(stream, 3, () => reached);
   assert.equal(socket.unconfirmed, false);
   socket.send("A k A 7");
   socket.flush();

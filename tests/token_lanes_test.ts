@@ -9,6 +9,7 @@ import {
   LANE_SLAB,
   laneAhead,
   laneOf,
+  laneOfToken,
   laneReach,
   TOKEN_LANES,
   tokenAfter,
@@ -22,11 +23,6 @@ import { SimCluster } from "./_sim_cluster.ts";
 import { freePorts } from "./_cluster.ts";
 
 const LANES = BigInt(TOKEN_LANES);
-
-/** The lane a token belongs to. */
-function laneOfToken(token: bigint): number {
-  return Number((token / LANE_SLAB) % LANES);
-}
 
 Deno.test("tokenAfter() is last + 1 for a single node, and the next token of the lane in a cluster", () => {
   assert.equal(tokenAfter(0n, undefined), 1n);

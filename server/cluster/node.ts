@@ -11,7 +11,7 @@
 
 import type { Gate } from "../session.ts";
 import { decide, type Role, type SelfView, successor } from "./election.ts";
-import { announcedMark, ownMark, promotionFloor, raiseOnHeartbeat } from "./succession.ts";
+import { heartbeatMarks, promotionFloor, raiseOnHeartbeat } from "./succession.ts";
 import { type Carried, handoffLimitMs, NO_ACTIVE, redirectTo } from "./handoff.ts";
 import { Handover } from "./handover.ts";
 import type { Owner } from "../owners.ts";
@@ -431,8 +431,7 @@ export class ClusterNode implements PeerReceiver {
       // it themselves (a partial partition) then know it is alive and do not promote.
       active: active !== undefined && this.#isLiveActive(active) ? active : undefined,
       synced: self.synced,
-      mark: announcedMark(self.role, this.#port.tokens),
-      own: ownMark(self.role, this.#port.tokens),
+      ...heartbeatMarks(self.role, this.#port.tokens),
       activation: self.activation,
       replica: self.replica,
       floor: self.floor,

@@ -51,22 +51,21 @@ export function promotionFloor(input: SuccessionInput): bigint {
 }
 
 /**
- * The mark a node announces in its heartbeat: an active (or one handing off) the block it
- * reserved, which it may issue up to; any other node the highest token or mark it knows of
- * (announcing its own reservations would make nodes raise each other block after block).
+ * The two marks a node announces in its heartbeat. An active (or one handing off): the block
+ * it reserved, which it may issue up to, as both. Any other node: `mark`, the highest token
+ * or mark it knows of (announcing its own reservations would make nodes raise each other
+ * block after block), and `own`, the last token it issued itself or the mark it started
+ * from, which `mark` may hide behind a larger one learned from the active in another lane
+ * (an active checks both, {@linkcode heartbeatFloor}).
  */
-export function announcedMark(role: Role, tokens: { last: bigint; announced: bigint }): bigint {
-  return role === "active" || role === "handing-off" ? tokens.announced : tokens.last;
-}
-
-/**
- * The own mark a node announces in its heartbeat: an active (or one handing off) the block
- * it reserved; any other node the last token it issued itself, or the mark it started from.
- * Its {@linkcode announcedMark} may hide that one behind a larger mark it learned from the
- * active (in another lane), so an active checks both ({@linkcode heartbeatFloor}).
- */
-export function ownMark(role: Role, tokens: { own: bigint; announced: bigint }): bigint {
-  return role === "active" || role === "handing-off" ? tokens.announced : tokens.own;
+export function heartbeatMarks(
+  role: Role,
+  tokens: { last: bigint; own: bigint; announced: bigint },
+): { mark: bigint; own: bigint } {
+  if (role === "active" || role === "handing-off") {
+    return { mark: tokens.announced, own: tokens.announced };
+  }
+  return { mark: tokens.last, own: tokens.own };
 }
 
 /** A heartbeat's sender, as {@linkcode heartbeatFloor} needs it. */
@@ -77,7 +76,7 @@ export interface MarkSender {
   activeAddress: string | undefined;
   /** Its mark: an active's reserved block, anyone else's highest known token or mark. */
   mark: bigint;
-  /** Its own mark ({@linkcode ownMark}). */
+  /** Its own mark ({@linkcode heartbeatMarks}). */
   own: bigint;
 }
 
