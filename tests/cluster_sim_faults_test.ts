@@ -4,7 +4,8 @@
  * after a pause, FIFO across a handoff and a failback, stale handoffs and replicas after a
  * pause, a paused successor on leave(), tokens after a full crash, a partial partition.
  * Beyond them: a full partition, a freeze noticed by the gate alone, leases frozen during a
- * handover, the choice of successor, and (skipped) a known handover race. Default timings
+ * handover, the choice of successor, a handover retried while the first is held, and the
+ * race of a successor that confirms just too late. Default timings
  * (heartbeat 100 ms, failover timeout 1 s).
  */
 
@@ -284,6 +285,35 @@ Deno.test("ClusterNode freezes leases while it hands over: a lease that runs out
   assert.ok(await sim.runUntil(() => waiter.token !== undefined, 50), String(waiter.replies));
   assert.deepEqual(waiter.replies.map((r) => r.split(" ")[0]), [B, A], String(waiter.replies));
   assert.equal(first.holder("frz:k"), waiter.token, "the successor knows the waiter's grant");
+});
+
+Deno.test("ClusterNode failback retried while the first HANDOFF is held: the successor of the retry takes over at once", async () => {
+  // The interim active B hands over to the returning A, but B -> A is held: B gives up on
+  // the first attempt, retries, and both HANDOFFs reach A together. A answers both; B must
+  // confirm the answer to the retry only. Taking the first TAKEN for the retry's (before
+  // handover attempts were numbered) left both nodes standbys until A's failover timeout.
+  const sim = await settled(2);
+  sim.kill(A);
+  assert.equal((await sim.waitForOneActive()).address, B);
+  const held = await sim.grant(B, "retry:k");
+  const restartAt = sim.now;
+  const [a] = sim.start(A);
+  assert.ok(await sim.runUntil(() => a.node.replica.synced, 1000), sim.describe());
+  sim.cut(B, A);
+  const handoffs = () => sim.lines(B, A, "HANDOFF").filter((l) => l.at >= restartAt);
+  assert.ok(await sim.runUntil(() => handoffs().length === 2, 2 * HANDOFF_LIMIT), sim.describe());
+  sim.heal();
+  assert.ok(await sim.runUntil(() => a.role === "active", TIMEOUT), sim.describe());
+  assert.equal(a.lastRole?.description, `took over from ${B}`);
+  const b = sim.node(B);
+  assert.equal(b.lastRole?.description, `handed over to ${A}`);
+  assert.ok(a.lastRole!.at - b.lastRole!.at <= 2 * sim.delayMs, sim.describe());
+  const [first, retry] = handoffs().map((l) => l.line.split(" ").at(-1));
+  assert.notEqual(first, retry, "each attempt has its own number");
+  assert.deepEqual(sim.lines(B, A, "COMMIT").length, 1);
+  assert.equal((await sim.waitForOneActive(TIMEOUT)).address, A);
+  assert.equal(await sim.request(A, `X retry:k ${held} 30`), "X retry:k X");
+  assert.ok((await sim.grant(A, "retry:after")) > held);
 });
 
 // ---------------------------------------------------------------------------------------

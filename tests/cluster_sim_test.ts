@@ -182,7 +182,7 @@ for (const size of SIZES) {
     // One full handover to B, confirmed.
     const handoffs = sim.lines(A, B, "HANDOFF");
     assert.equal(handoffs.length, 1);
-    assert.match(handoffs[0].line, /^HANDOFF act\d+ \d+ \d+ full - 0$/);
+    assert.match(handoffs[0].line, /^HANDOFF act\d+ \d+ \d+ full - 0 \d+$/);
     assert.equal(sim.lines(B, A, "TAKEN").length, 1);
     assert.equal(sim.lines(A, B, "COMMIT").length, 1);
     // The queued acquires were redirected with M, in queue order, and queued again on B.
@@ -358,7 +358,7 @@ for (const size of SIZES) {
     assert.equal(interim.lastRole?.description, `handed over to ${A}`);
     // The loser handed its state over in full, naming the activation it replicated.
     const [handoff] = sim.lines(B, A, "HANDOFF");
-    assert.match(handoff.line, /^HANDOFF act\d+ \d+ \d+ full act\d+ \d+$/);
+    assert.match(handoff.line, /^HANDOFF act\d+ \d+ \d+ full act\d+ \d+ \d+$/);
     assert.ok(paused.unparks.some((at) => at >= handoff.at), "unparked after the merge");
     // The parked request was served after the merge, above every token of the split.
     const probed = /^A stop:probe A (\d+)$/.exec(probe.replies[0] ?? "");

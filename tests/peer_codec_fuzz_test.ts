@@ -9,7 +9,7 @@
  */
 
 import assert from "node:assert/strict";
-import { decodePeer, encodePeer } from "../server/cluster/peer_codec.ts";
+import { decodePeer, encodePeer, PEER_PROTOCOL_VERSION } from "../server/cluster/peer_codec.ts";
 import { mulberry32 } from "./_prng.ts";
 import { PEER_TYPES, show } from "./_peer_codec.ts";
 
@@ -82,10 +82,11 @@ const ACTIVATIONS = ["a1", "0a1b2c3d", "A-z_9", "a".repeat(64)];
 const ADDRESSES = ["10.0.0.1:7400", "[::1]:7400", "host.example:1"];
 const KEYS = ["k", "orders:17", "é😀", "k".repeat(250), "\uFFFD"];
 const FLAGS = ["0", "1"];
+const ATTEMPTS = ["1", "2", "9007199254740991"];
 const ROLES = ["starting", "standby", "active", "handing-off", "leaving"];
 /** Per type, the likely values of each field. */
 const FIELDS: Record<string, string[][]> = {
-  PEER: [["3"], ADDRESSES],
+  PEER: [[String(PEER_PROTOCOL_VERSION)], ADDRESSES],
   HB: [
     ROLES,
     ["-", ...ADDRESSES],
@@ -103,9 +104,17 @@ const FIELDS: Record<string, string[][]> = {
   F: [KEYS, TOKENS],
   W: [DECIMALS],
   SNAPEND: [],
-  HANDOFF: [ACTIVATIONS, DECIMALS, DECIMALS, ["sync", "full"], ["-", ...ACTIVATIONS], DECIMALS],
+  HANDOFF: [
+    ACTIVATIONS,
+    DECIMALS,
+    DECIMALS,
+    ["sync", "full"],
+    ["-", ...ACTIVATIONS],
+    DECIMALS,
+    ATTEMPTS,
+  ],
   HANDOFFEND: [],
-  TAKEN: [ACTIVATIONS],
+  TAKEN: [ACTIVATIONS, ATTEMPTS],
   SEQ: [["1", "42", "9007199254740991"]],
   ACK: [["1", "7", "9007199254740991"]],
   COMMIT: [ACTIVATIONS],

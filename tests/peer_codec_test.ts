@@ -38,8 +38,8 @@ function malformed(line: string): string {
 // The codec
 
 const messages: [string, PeerMessage][] = [
-  ["PEER 3 10.0.0.1:7400", { type: "PEER", address: "10.0.0.1:7400" }],
-  ["PEER 3 [::1]:7400", { type: "PEER", address: "[::1]:7400" }],
+  ["PEER 4 10.0.0.1:7400", { type: "PEER", address: "10.0.0.1:7400" }],
+  ["PEER 4 [::1]:7400", { type: "PEER", address: "[::1]:7400" }],
   ["HB active - 0 5000000 0a1b2c3d 1 1 0 5000000", {
     type: "HB",
     role: "active",
@@ -94,7 +94,7 @@ const messages: [string, PeerMessage][] = [
   ["W 0", { type: "W", mark: 0n }],
   [`W ${MAX}`, { type: "W", mark: MAX }],
   ["SNAPEND", { type: "SNAPEND" }],
-  ["HANDOFF 0a1b2c3d 99 2000000 full - 0", {
+  ["HANDOFF 0a1b2c3d 99 2000000 full - 0 1", {
     type: "HANDOFF",
     activation: "0a1b2c3d",
     lastToken: 99n,
@@ -102,8 +102,9 @@ const messages: [string, PeerMessage][] = [
     mode: "full",
     predecessor: undefined,
     predecessorToken: 0n,
+    attempt: 1,
   }],
-  ["HANDOFF b2 0 0 sync a1 77", {
+  ["HANDOFF b2 0 0 sync a1 77 9007199254740991", {
     type: "HANDOFF",
     activation: "b2",
     lastToken: 0n,
@@ -111,9 +112,10 @@ const messages: [string, PeerMessage][] = [
     mode: "sync",
     predecessor: "a1",
     predecessorToken: 77n,
+    attempt: 2 ** 53 - 1,
   }],
   ["HANDOFFEND", { type: "HANDOFFEND" }],
-  ["TAKEN c3", { type: "TAKEN", activation: "c3" }],
+  ["TAKEN c3 7", { type: "TAKEN", activation: "c3", attempt: 7 }],
   ["SEQ 1", { type: "SEQ", seq: 1 }],
   ["H k 5 100 7", { type: "H", key: "k", token: 5n, remainingMs: 100, owner: 7 }],
   ["O 7 1 0123456789abcdef0123456789abcdef billing-7@host:42", {
@@ -163,8 +165,8 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "SYNC x",
       "SNAPEND 1",
       "HANDOFFEND x",
-      "PEER 3",
-      "PEER 3 a b",
+      "PEER 4",
+      "PEER 4 a b",
       "HB active - 0 0 - 0 0 0",
       "HB active - 0 0 - 0 0 0 0 0",
       "SNAP a 1",
@@ -176,9 +178,10 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "F k 1 1",
       "W",
       "W 1 2",
-      "HANDOFF a 1 1 full -",
-      "TAKEN",
-      "TAKEN a b",
+      "HANDOFF a 1 1 full - 0",
+      "HANDOFF a 1 1 full - 0 1 1",
+      "TAKEN a",
+      "TAKEN a 1 1",
       "H k  1", // a doubled space is an empty field
       "W 1 ",
     ],
@@ -201,8 +204,8 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "PEER 1 a:1",
       "PEER 2 a:1",
       "PEER 02 a:1",
-      "PEER 3 " + "a".repeat(301),
-      "PEER 3 a\tb",
+      "PEER 4 " + "a".repeat(301),
+      "PEER 4 a\tb",
     ],
     "bad role": [
       "HB Active - 0 0 - 0 0 0 0",
@@ -229,9 +232,9 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "HB active - 0 0 - 0 18446744073709551616 0 0",
       "HB active - 0 0 - 0 0 0 18446744073709551616",
       "HB active - 0 0 - 0 0 0 -1",
-      "HANDOFF a 01 1 full - 0",
-      "HANDOFF a 1 18446744073709551616 full - 0",
-      "HANDOFF a 1 1 full - x",
+      "HANDOFF a 01 1 full - 0 1",
+      "HANDOFF a 1 18446744073709551616 full - 0 1",
+      "HANDOFF a 1 1 full - x 1",
       "H k 18446744073709551616 1",
       "F k -1",
       "F k 1n",
@@ -264,12 +267,24 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "HB active - 0 0 - 0 0 9007199254740992 0",
       "SNAP a:b 1 1 0",
       "SNAP é 1 1",
-      "TAKEN a/b",
-      "TAKEN " + "a".repeat(65),
-      "HANDOFF a=b 1 1 full - 0",
-      "HANDOFF a 1 1 full a+b 0",
+      "TAKEN a/b 1",
+      "TAKEN " + "a".repeat(65) + " 1",
+      "HANDOFF a=b 1 1 full - 0 1",
+      "HANDOFF a 1 1 full a+b 0 1",
     ],
-    "bad mode": ["HANDOFF a 1 1 FULL - 0", "HANDOFF a 1 1 - - 0", "HANDOFF a 1 1 partial - 0"],
+    "bad attempt": [
+      "HANDOFF a 1 1 full - 0 0",
+      "HANDOFF a 1 1 full - 0 01",
+      "HANDOFF a 1 1 full - 0 x",
+      "TAKEN a 0",
+      "TAKEN a -1",
+      "TAKEN a 9007199254740992",
+    ],
+    "bad mode": [
+      "HANDOFF a 1 1 FULL - 0 1",
+      "HANDOFF a 1 1 - - 0 1",
+      "HANDOFF a 1 1 partial - 0 1",
+    ],
     "remaining ms 0 or not a whole number": [
       "H k 1 0",
       "H k 1 00",
@@ -304,8 +319,8 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       const line of [
         "H " + "k".repeat(250) + " 1 1",
         "F " + "é".repeat(125) + " 1",
-        "TAKEN " + "a".repeat(64),
-        "PEER 3 " + "a".repeat(300),
+        "TAKEN " + "a".repeat(64) + " 1",
+        "PEER 4 " + "a".repeat(300),
         `F k ${MAX}`,
         "H k 1 9007199254740991",
       ]

@@ -65,8 +65,8 @@ class FakeReceiver implements PeerReceiver {
     this.owners = owners;
     this.calls.push(`takeOver ${peer} ${header.activation} ${header.mode}`);
   }
-  handedOver(peer: string, activation: string): void {
-    this.calls.push(`handedOver ${peer} ${activation}`);
+  handedOver(peer: string, activation: string, attempt: number): void {
+    this.calls.push(`handedOver ${peer} ${activation} ${attempt}`);
   }
   acked(peer: string, n: number): void {
     this.calls.push(`acked ${peer} ${n}`);
@@ -108,16 +108,16 @@ Deno.test("PeerInbound hands each message to the receiver", () => {
   const h = inboundHarness();
   h.inbound.line("HB active - 0 5000000 0a1b2c3d 1 1 0 5000000");
   h.inbound.line("SYNC");
-  h.inbound.line("TAKEN c3");
+  h.inbound.line("TAKEN c3 5");
   h.inbound.line("COMMIT c3");
   h.inbound.line("ABORT d4");
   h.inbound.line("SEQ 3");
   h.inbound.line("ACK 2");
-  h.inbound.line("PEER 3 10.0.0.2:7400");
+  h.inbound.line("PEER 4 10.0.0.2:7400");
   assert.deepEqual(h.receiver.take(), [
     "hb 10.0.0.2:7400 active 5000000",
     "sync 10.0.0.2:7400",
-    "handedOver 10.0.0.2:7400 c3",
+    "handedOver 10.0.0.2:7400 c3 5",
     "commit 10.0.0.2:7400 c3",
     "abort 10.0.0.2:7400 d4",
     "batch 10.0.0.2:7400 3",
@@ -190,7 +190,7 @@ Deno.test("PeerInbound applies a snapshot and the stream only while it follows t
 Deno.test("PeerInbound collects the holders of a full handover and takes over with them", async (t) => {
   await t.step("full", () => {
     const h = inboundHarness();
-    h.inbound.line("HANDOFF b2 99 2000000 full a1 50");
+    h.inbound.line("HANDOFF b2 99 2000000 full a1 50 1");
     h.inbound.line("O 3 1 0123456789abcdef0123456789abcdef billing-7");
     h.inbound.line("H k 7 3000 3");
     h.inbound.line("H é 8 1");
@@ -210,7 +210,7 @@ Deno.test("PeerInbound collects the holders of a full handover and takes over wi
   });
   await t.step("sync", () => {
     const h = inboundHarness();
-    h.inbound.line("HANDOFF b2 99 2000000 sync - 0");
+    h.inbound.line("HANDOFF b2 99 2000000 sync - 0 1");
     h.inbound.line("HANDOFFEND");
     assert.deepEqual(h.receiver.take(), ["takeOver 10.0.0.2:7400 b2 sync"]);
     assert.equal(h.receiver.carried, undefined);
@@ -226,7 +226,7 @@ Deno.test("PeerInbound drops lines that waited in a connection opened before a f
   await t.step("opened before", () => {
     const h = inboundHarness({ openedAt: 1000 });
     h.receiver.frozen = 5000;
-    h.inbound.line("HANDOFF b2 99 2000000 full - 0");
+    h.inbound.line("HANDOFF b2 99 2000000 full - 0 1");
     h.inbound.line("HANDOFFEND");
     assert.equal(h.closes(), 1);
     assert.deepEqual(h.receiver.calls, [], "not even heardFrom");

@@ -62,6 +62,8 @@ export interface HandoverOptions {
 
 interface Sending {
   to: string;
+  /** This attempt's number, echoed by the successor's `TAKEN`. */
+  attempt: number;
   leaving: boolean;
   outcome: Promise<boolean>;
   done(ok: boolean): void;
@@ -81,6 +83,8 @@ export class Handover {
   #options: HandoverOptions;
   #sending: Sending | undefined;
   #taking: Taking | undefined;
+  /** The last handover attempt's number (each `HANDOFF` gets the next). */
+  #attempts = 0;
 
   /** @param ctx The node's table, tokens, clock, links, timers. @param host The node. */
   constructor(ctx: ClusterContext, host: HandoverHost, options: HandoverOptions) {
@@ -147,7 +151,8 @@ export class Handover {
     }
     const { promise, resolve } = Promise.withResolvers<boolean>();
     const cancel = this.#ctx.scheduler.after(this.#options.takenWithinMs, () => this.#late());
-    this.#sending = { to, leaving, outcome: promise, done: resolve, cancel };
+    const attempt = ++this.#attempts;
+    this.#sending = { to, attempt, leaving, outcome: promise, done: resolve, cancel };
     host.setRole("handing-off", `handing over to ${to}`);
     const { network, tokens, table } = this.#ctx;
     // `sync` relies on the successor's replica: only for a standby in sync with us now.
@@ -160,6 +165,7 @@ export class Handover {
       mode: full ? "full" : "sync",
       predecessor: host.predecessor.activation,
       predecessorToken: host.predecessor.token,
+      attempt,
     });
     if (full) {
       const now = this.#ctx.clock();
@@ -186,11 +192,15 @@ export class Handover {
     return promise;
   }
 
-  /** `TAKEN` from `from`: `COMMIT` if this node still hands over to it, else `ABORT`. */
-  taken(from: string, activation: string): void {
+  /**
+   * `TAKEN` from `from` for handover `attempt`: `COMMIT` if this node still hands over to it
+   * in that attempt, else `ABORT`.
+   */
+  taken(from: string, activation: string, attempt: number): void {
     const sending = this.#sending;
-    if (sending === undefined || sending.to !== from) {
-      // Too late: this node gave up on it (and may have handed over to another one).
+    if (sending === undefined || sending.to !== from || sending.attempt !== attempt) {
+      // Too late: this node gave up on that attempt (and may have handed over to another
+      // node, or be retrying with this one: its answer to the retry is the one that counts).
       this.#ctx.network.send(from, { type: "ABORT", activation });
       return;
     }
@@ -233,7 +243,11 @@ export class Handover {
         peer: from,
       });
       host.merged(from, header.lastToken);
-      this.#ctx.network.send(from, { type: "TAKEN", activation: host.activation! });
+      this.#ctx.network.send(from, {
+        type: "TAKEN",
+        activation: host.activation!,
+        attempt: header.attempt,
+      });
       host.announce();
       return;
     }
@@ -244,7 +258,7 @@ export class Handover {
       () => this.outcome(from, activation, false),
     );
     this.#taking = { from, activation, cancel };
-    this.#ctx.network.send(from, { type: "TAKEN", activation });
+    this.#ctx.network.send(from, { type: "TAKEN", activation, attempt: header.attempt });
   }
 
   /** `COMMIT` or `ABORT` from `from` (or no answer in time) of the takeover it agreed to. */

@@ -293,8 +293,8 @@ export class ClusterNode implements PeerReceiver {
   }
 
   /** `TAKEN` from `address`: see {@linkcode Handover.taken}. */
-  handedOver(address: string, activation: string): void {
-    this.#handover.taken(address, activation);
+  handedOver(address: string, activation: string, attempt: number): void {
+    this.#handover.taken(address, activation, attempt);
   }
 
   /** The successor `address` confirmed: redirect everything to it. */

@@ -1,7 +1,7 @@
 /**
  * Peer authentication (docs/security.md, "Peers"): both ends of a peer link prove they know
  * the cluster secret, and the secret never crosses the wire. The dialer opens with a nonce
- * (`PEER 3 <address> <nonce>`); the acceptor answers with a nonce of its own and its proof
+ * (`PEER 4 <address> <nonce>`); the acceptor answers with a nonce of its own and its proof
  * (`PEERAUTH <nonce> <proof>`); the dialer checks it and sends its proof (`PEERPROOF
  * <proof>`). A proof is an HMAC-SHA256 under the secret of both nonces, the dialer's
  * address and the prover's side, so it cannot be replayed on another link, reflected back,

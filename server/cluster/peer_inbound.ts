@@ -36,8 +36,8 @@ export interface PeerReceiver {
     carried: Carried[] | undefined,
     owners: Owner[],
   ): void;
-  /** `TAKEN <activation>`: the successor agreed to take over. */
-  handedOver(peer: string, activation: string): void;
+  /** `TAKEN <activation> <attempt>`: the successor merged that handover attempt. */
+  handedOver(peer: string, activation: string, attempt: number): void;
   /** `COMMIT` (`committed` true) or `ABORT` of the takeover this node answered with `TAKEN`. */
   handoffOutcome(peer: string, activation: string, committed: boolean): void;
   /** `ACK n`: `peer` applied this node's stream up to batch `n`. */
@@ -159,7 +159,7 @@ export class PeerInbound implements LineHandler {
         this.#handoff = undefined;
         return;
       case "TAKEN":
-        node.handedOver(this.#peer, message.activation);
+        node.handedOver(this.#peer, message.activation, message.attempt);
         return;
       case "SEQ":
         if (node.follows(this.#peer)) node.replica.batch(this.#peer, message.seq);
