@@ -4,7 +4,8 @@
  * read 500 grants, then every grant the client was told about is looked for on the promoted
  * standby. The active writes a change to its standbys before it answers the client, so on
  * loopback nothing acknowledged is lost; with `--replication sync` nothing acknowledged can
- * be lost at all while a standby is in sync.
+ * be lost at all while a standby is in sync, even when the active dies just as that standby
+ * reconnects after a short pause of its own.
  *
  * @module
  */
@@ -79,3 +80,44 @@ for (const mode of ["async", "sync"] as const) {
     }, { args: ["--replication", mode], env: { LOCKD_TRACE: "1" } });
   });
 }
+
+Deno.test("cluster (--replication sync) loses no acknowledged grant when the active dies as its briefly paused standby reconnects", async () => {
+  // A standby paused for more than half the failover timeout (not a whole one) reconnects on
+  // waking, which drops the active's stream link to it. The replies held for it must keep
+  // waiting for its new snapshot's acknowledgement, not go out at the drop: the active is
+  // killed right then, and the standby, promoted, must hold every grant a client was told of.
+  await Cluster.run(2, async (cluster) => {
+    const [first, second] = cluster.members;
+    await cluster.waitForOneActive();
+    await second.waitForLog(/ > SNAPEND/, { timeoutMs: 5000 });
+    const client = await LineClient.connect(first.port);
+    const granted = new Map<string, bigint>();
+    let mark = 0;
+    const loop = (async () => {
+      for (let i = 0; i < 100_000; i++) {
+        await client.write(`A pause:${i} 30 0\n`);
+        const match = /^A (pause:\d+) A (\d+)$/.exec(await client.readLine(5000) ?? "");
+        if (match === null) return; // the active died
+        granted.set(match[1], BigInt(match[2]));
+      }
+    })();
+    try {
+      while (granted.size < 50) await new Promise((resolve) => setTimeout(resolve, 5));
+      mark = first.logMark();
+      second.pause();
+      await new Promise((resolve) => setTimeout(resolve, 700));
+      second.resume();
+      await first.waitForLog(/event=link-down/, { since: mark, timeoutMs: 5000 });
+      first.signal("SIGKILL");
+      await loop;
+    } finally {
+      await client.close();
+    }
+    await first.exited;
+    assert.doesNotMatch(first.stderr().slice(mark), /replication degraded/);
+    const promoted = await cluster.waitForOneActive({ not: [first], timeoutMs: 5000 });
+    assert.equal(promoted, second);
+    const lost = await lostOn(second, granted);
+    assert.equal(lost, 0, `${lost} of ${granted.size} acknowledged grants were lost`);
+  }, { args: ["--replication", "sync"] });
+});

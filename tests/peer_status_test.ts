@@ -116,7 +116,11 @@ Deno.test("clusterReady() is true for a serving active and an in-sync standby on
 /** A replication stream on a fake clock and network. */
 function stream(
   mode: "async" | "sync",
-  more: { live?: (address: string) => boolean; frozen?: () => boolean } = {},
+  more: {
+    live?: (address: string) => boolean;
+    frozen?: () => boolean;
+    dropGraceMs?: number;
+  } = {},
 ) {
   let now = 0;
   let streaming = true;
@@ -255,4 +259,78 @@ Deno.test("sync replication holds what no standby acknowledged while the node is
   frozen = false; // settled, and b:1 is really gone
   assert.equal(s.reached(), Infinity, "degraded: replies go out unacknowledged");
   assert.equal(s.degraded, true);
+});
+
+Deno.test("sync replication: a standby in sync whose link dropped holds replies until it syncs again", () => {
+  // Its own short pause makes a standby reconnect: answering what only it had acknowledged
+  // so far at once would answer changes no live standby has (lost if the active dies next).
+  const { s, at, seqs, warnings } = stream("sync", { live: () => true, dropGraceMs: 1000 });
+  s.snapshot("b:1", "act", 0n);
+  s.seal();
+  s.acked("b:1", 1);
+  s.held("k", 1n, 1000, 0);
+  s.seal(); // batch 2: a reply waits for it
+  assert.equal(s.position(), 2);
+  at(100);
+  s.remove("b:1");
+  assert.equal(s.reached(), 1, "batch 2 is still held");
+  assert.equal(s.degraded, false);
+  assert.deepEqual(s.inSync(), [], "not in sync for a handover: it gets no stream");
+  s.acked("b:1", 2); // an ACK sent before the drop arrives late
+  assert.equal(s.reached(), 2);
+  s.held("k2", 2n, 1000, 0); // streamed to nobody: its reply waits for the next snapshot
+  assert.equal(s.position(), 3);
+  at(300);
+  s.snapshot("b:1", "act", 0n);
+  s.seal();
+  assert.deepEqual(seqs().at(-1), "b:1 3", "the snapshot's batch holds every change since");
+  assert.equal(s.reached(), 2, "still counted while it catches up");
+  s.acked("b:1", 3);
+  assert.equal(s.reached(), 3);
+  assert.deepEqual(s.inSync(), ["b:1"]);
+  at(5000); // long past the grace: it is a plain follower again
+  assert.equal(s.reached(), 3);
+  assert.deepEqual(warnings, []);
+});
+
+Deno.test("sync replication: a dropped standby stops holding replies after the grace, or once it is not live", async (t) => {
+  for (const how of ["grace", "live"] as const) {
+    await t.step(how, () => {
+      let live = true;
+      const { s, at, warnings } = stream("sync", { live: () => live, dropGraceMs: 1000 });
+      s.snapshot("b:1", "act", 0n);
+      s.seal();
+      s.acked("b:1", 1);
+      s.held("k", 1n, 1000, 0);
+      s.seal();
+      at(100);
+      s.remove("b:1");
+      at(how === "grace" ? 1099 : 500);
+      assert.equal(s.reached(), 1);
+      if (how === "grace") at(1100);
+      else live = false;
+      assert.equal(s.reached(), Infinity, "degraded: replies go out unacknowledged");
+      assert.equal(s.degraded, true);
+      assert.deepEqual(warnings, [
+        "replication degraded: no standby in sync, answering without acknowledgements",
+      ]);
+    });
+  }
+  await t.step("a standby not yet in sync is dropped at once", () => {
+    const { s } = stream("sync", { live: () => true, dropGraceMs: 1000 });
+    s.snapshot("b:1", "act", 0n);
+    s.seal();
+    s.remove("b:1");
+    assert.equal(s.position(), 0);
+    assert.equal(s.reached(), Infinity);
+  });
+  await t.step("async mode never holds", () => {
+    const { s } = stream("async", { live: () => true, dropGraceMs: 1000 });
+    s.snapshot("b:1", "act", 0n);
+    s.check();
+    s.acked("b:1", 1);
+    s.remove("b:1");
+    assert.equal(s.position(), 0);
+    assert.equal(s.reached(), Infinity);
+  });
 });

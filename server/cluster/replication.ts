@@ -42,6 +42,12 @@ export interface ReplicationOptions {
   frozen?(): boolean;
   /** Where the sync mode's state changes are reported. */
   log?: Logger;
+  /**
+   * Sync mode: how long a standby in sync whose link dropped still counts (ms; the failover
+   * timeout): its replies wait for it to sync again rather than go out unacknowledged.
+   * Default 0.
+   */
+  dropGraceMs?: number;
 }
 
 /** Seal times kept for the lag (a standby further behind shows at least that old a lag). */
@@ -55,12 +61,22 @@ interface Follower {
   acked: number;
 }
 
+/** A standby in sync whose link dropped (sync mode), until it syncs again or the grace ends. */
+interface Dropped {
+  /** The highest batch it acknowledged. */
+  acked: number;
+  /** When its link dropped (ms). */
+  at: number;
+}
+
 /** The standbys this active node streams to, and the stream itself. */
 export class ReplicationStream implements ReplyGate {
   #ctx: ClusterContext;
   #options: ReplicationOptions;
   #sync: boolean;
   #followers = new Map<string, Follower>();
+  /** Standbys in sync whose link dropped: they still hold replies back for a while. */
+  #dropped = new Map<string, Dropped>();
   /** The last batch sealed (sync mode). */
   #seq = 0;
   /** Whether changes were streamed since the last seal. */
@@ -201,20 +217,36 @@ export class ReplicationStream implements ReplyGate {
 
   /** `ACK n` from `address`: it applied every batch up to `n`. */
   acked(address: string, n: number): void {
-    const follower = this.#followers.get(address);
+    const follower = this.#followers.get(address) ?? this.#dropped.get(address);
     if (follower === undefined || n <= follower.acked || n > this.#seq) return;
     follower.acked = n;
+    const since = this.#followers.get(address)?.since;
+    // In sync again since a new snapshot: its place as a dropped standby ends.
+    if (since !== undefined && n >= since) this.#dropped.delete(address);
     this.#wake();
   }
 
-  /** `address` no longer receives the stream (its link dropped). */
+  /**
+   * `address` no longer receives the stream (its link dropped). In sync mode a standby that
+   * was in sync still counts for up to `dropGraceMs` while it is live (docs/cluster.md,
+   * "Replication modes"): a short pause of its own drops the link, and answering the replies
+   * held for it at once would answer what no live standby has, lost if the active dies next.
+   */
   remove(address: string): void {
-    if (this.#followers.delete(address)) this.#wake();
+    const follower = this.#followers.get(address);
+    if (follower === undefined) return;
+    this.#followers.delete(address);
+    const grace = this.#options.dropGraceMs ?? 0;
+    if (this.#sync && grace > 0 && follower.acked >= follower.since) {
+      this.#dropped.set(address, { acked: follower.acked, at: this.#ctx.clock() });
+    }
+    this.#wake();
   }
 
   /** Nobody receives the stream (this node is no longer active). */
   clear(): void {
     this.#followers.clear();
+    this.#dropped.clear();
     this.#seq = 0;
     this.#dirty = false;
     this.#degraded = false;
@@ -235,7 +267,10 @@ export class ReplicationStream implements ReplyGate {
 
   /** {@linkcode ReplyGate}: the batch a reply queued now belongs to (0: nothing to wait for). */
   position(): number {
-    if (!this.#sync || this.#followers.size === 0) return 0;
+    if (!this.#sync) return 0;
+    // Only a dropped standby: nothing is streamed until it syncs again, and its snapshot's
+    // batch (the next one) is the first to hold this change.
+    if (this.#followers.size === 0) return this.#dropped.size === 0 ? 0 : this.#seq + 1;
     return this.#dirty ? this.#seq + 1 : this.#seq;
   }
 
@@ -249,6 +284,17 @@ export class ReplicationStream implements ReplyGate {
       if (!frozen && this.#options.live?.(address) === false) continue;
       inSync ??= address;
       if (follower.acked > reached) reached = follower.acked;
+    }
+    if (this.#dropped.size > 0) {
+      const expired = this.#ctx.clock() - (this.#options.dropGraceMs ?? 0);
+      for (const [address, dropped] of this.#dropped) {
+        if (!frozen && (dropped.at <= expired || this.#options.live?.(address) === false)) {
+          this.#dropped.delete(address);
+          continue;
+        }
+        inSync ??= address;
+        if (dropped.acked > reached) reached = dropped.acked;
+      }
     }
     if (frozen && this.#sync) return reached;
     const degraded = this.#sync && this.#options.streaming() && inSync === undefined;
