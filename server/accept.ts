@@ -41,6 +41,8 @@ export interface AcceptorOptions {
   log: Logger;
   /** What client replies wait for (sync replication). */
   replies?: ReplyGate;
+  /** A grant's reply went out late (sync replication): see `LineSocketOptions.lateGrant`. */
+  lateGrant?: LineSocketOptions["lateGrant"];
   /** A connection was refused at `maxConnections` (metrics). */
   refused?(): void;
   /** A connection sent a line over the length limit, answered `E line too long` (metrics). */
@@ -122,6 +124,7 @@ export class Acceptor implements Routing {
       batch: options.batch,
       log: options.log,
       replies: options.replies,
+      lateGrant: options.lateGrant,
       tooLong: options.tooLong,
     };
     this.#loop = this.#acceptLoop();

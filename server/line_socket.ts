@@ -64,6 +64,12 @@ export interface LineSocketOptions {
   maxLineBytes?: number;
   /** A line over `maxLineBytes` arrived (answered, then the connection closes): metrics. */
   tooLong?(): void;
+  /**
+   * Sync replication: grant `token` of `key` goes out `heldMs` after it was decided (it waited
+   * for the standbys). Moves its lease that much later (docs/cluster.md, "Replication
+   * modes"); returns the line to send instead when the grant has ended meanwhile.
+   */
+  lateGrant?(key: string, token: bigint, heldMs: number): string | undefined;
 }
 
 /** The part of a Deno connection a {@linkcode LineSocket} uses (tests pass fakes). */
@@ -82,6 +88,10 @@ const CLOSE_GRACE_MS = 2000;
 interface Held {
   line: string;
   position: number;
+  /** A grant's key and token, and when it was held (ms), for `lateGrant`. */
+  key: string | undefined;
+  token: bigint | undefined;
+  at: number;
 }
 
 /** No reply held: shared by every socket, never added to (an idle socket stays small). */
@@ -162,13 +172,17 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
     return this.#closed || this.#closing;
   }
 
-  /** Queues one line (without `\n`) to be written at the end of this batch. */
-  send(line: string): void {
+  /**
+   * Queues one line (without `\n`) to be written at the end of this batch; a grant's with
+   * its key and token (see `lateGrant`).
+   */
+  send(line: string, key?: string, token?: bigint): void {
     if (this.#closed) return;
     const position = this.#gated ? this.#options.replies?.position() ?? 0 : 0;
     if (position > 0 || this.#held.length > 0) {
       const held = this.#held === NONE_HELD ? [] : this.#held as Held[];
-      held.push({ line, position });
+      const at = token === undefined ? 0 : performance.now();
+      held.push({ line, position, key, token, at });
       this.#held = held;
       this.#heldElsewhere += line.length + 1;
     } else this.#writer.push(line);
@@ -221,10 +235,16 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
     const gate = this.#options.replies;
     const reached = gate?.reached() ?? Infinity;
     const held = this.#held;
+    const late = this.#options.lateGrant;
+    const now = late === undefined ? 0 : performance.now();
     let i = 0;
     for (; i < held.length && held[i].position <= reached; i++) {
-      this.#heldElsewhere -= held[i].line.length + 1;
-      this.#writer.push(held[i].line);
+      const { line, key, token, at } = held[i];
+      this.#heldElsewhere -= line.length + 1;
+      const instead = late !== undefined && token !== undefined
+        ? late(key!, token, now - at)
+        : undefined;
+      this.#writer.push(instead ?? line);
     }
     this.#held = i === held.length ? NONE_HELD : held.slice(i);
     if (this.#held.length > 0) gate?.wait(this);

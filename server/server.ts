@@ -22,6 +22,7 @@ import { PeerInbound } from "./cluster/peer_inbound.ts";
 import type { ReplicationMode } from "./cluster/replication.ts";
 import { decodePeer } from "./cluster/peer_codec.ts";
 import { LockTable } from "./engine/lock_table.ts";
+import { lateGrant } from "./late_grant.ts";
 import { Metrics } from "./metrics.ts";
 import { Report } from "./report.ts";
 import { type Logger, stderrLogger } from "./log.ts";
@@ -284,6 +285,7 @@ export class LockServer {
       log,
       // Sync replication: a client's replies wait for the standbys' acknowledgement.
       replies: cluster?.replication === "sync" ? this.#cluster?.stream : undefined,
+      lateGrant: cluster?.replication === "sync" ? lateGrant(this.#table) : undefined,
       refused: () => metrics.reject("limits"),
       tooLong: () => metrics.reject("limits"),
     });

@@ -42,8 +42,11 @@ import { type Metrics, reasonOf } from "./metrics.ts";
 
 /** Where a session's replies go: a connection, or a test double. */
 export interface ReplySink {
-  /** Queues one reply line (without `\n`). */
-  send(line: string): void;
+  /**
+   * Queues one reply line (without `\n`); a grant's with its key and token (sync replication
+   * moves its lease when the reply goes out late: `LineSocketOptions.lateGrant`).
+   */
+  send(line: string, key?: string, token?: bigint): void;
   /** Writes what is queued, then closes (a refused hello). Default: nothing. */
   closeAfterFlush?(): void;
   /** The peer's `host:port` (failed hellos are slowed down per host). */
@@ -101,6 +104,8 @@ export class Ticket implements OrderedReply {
   reply: string | undefined = undefined;
   /** The table's waiter, while queued. */
   waiter: Waiter<Ticket> | undefined = undefined;
+  /** The grant's token, once granted. */
+  token: bigint | undefined = undefined;
   /** @param session Owner. @param key The key. */
   constructor(readonly session: ClientSession, readonly key: string) {}
 }
@@ -113,6 +118,7 @@ function sendDecided(entry: Ticket): void {
 /** The lock table hooks that route outcomes of queued acquires back to their sessions. */
 export const ticketHooks: LockTableHooks<Ticket> = {
   granted(ticket, key, token) {
+    ticket.token = token;
     ticket.session.settle(ticket, grantReply(key, token));
   },
   timedOut(ticket, key) {
@@ -145,7 +151,7 @@ export class ClientSession implements LineHandler {
   /** Sends a decided reply that is now in order (see {@linkcode sendDecided}). @internal */
   sendInOrder(entry: Ticket): void {
     this.#sink.hold?.(-(entry.reply!.length + 1));
-    this.#sink.send(entry.reply!);
+    this.#sink.send(entry.reply!, entry.key, entry.token);
   }
 
   /** @param ctx Shared server state. @param sink Where replies go. */
@@ -229,7 +235,7 @@ export class ClientSession implements LineHandler {
           const ticket = new Ticket(this, key);
           const owner = this.#ownerOf(request.session === true);
           const outcome = table.acquire(key, request.leaseMs, request.waitMs, ticket, owner);
-          if (typeof outcome === "bigint") this.#reply(op, key, grantReply(key, outcome));
+          if (typeof outcome === "bigint") this.#reply(op, key, grantReply(key, outcome), outcome);
           else {
             ticket.waiter = outcome;
             this.#waiting++;
@@ -436,14 +442,15 @@ export class ClientSession implements LineHandler {
   }
 
   /** Sends a reply to (op, key), behind any earlier unanswered acquire of the same key. */
-  #reply(op: string, key: string, line: string): void {
+  #reply(op: string, key: string, line: string, token?: bigint): void {
     this.#answered++;
     if (op !== "A" || this.#order === undefined || !this.#order.has(key)) {
-      this.#sink.send(line);
+      this.#sink.send(line, key, token);
       return;
     }
     const held = new Ticket(this, key);
     held.reply = line;
+    held.token = token;
     this.#order.push(key, held); // (made: has(key) was true)
     this.#sink.hold?.(line.length + 1);
   }

@@ -121,3 +121,30 @@ Deno.test("cluster (--replication sync) loses no acknowledged grant when the act
     assert.equal(lost, 0, `${lost} of ${granted.size} acknowledged grants were lost`);
   }, { args: ["--replication", "sync"] });
 });
+
+Deno.test("cluster (--replication sync) answers T to a grant whose lease ran out while its reply waited for the standby", async () => {
+  // The standby is paused: the grant of a 0.2 s lease waits for its acknowledgement longer
+  // than the lease, which runs out on the server and passes the key to a waiter. Both replies
+  // go out when the standby wakes; the first client must not be told it holds the key then.
+  await Cluster.run(2, async (cluster) => {
+    const [first, second] = cluster.members;
+    await cluster.waitForOneActive();
+    await second.waitForLog(/ > SNAPEND/, { timeoutMs: 5000 });
+    const [short, waiter] = await Promise.all([
+      LineClient.connect(first.port),
+      LineClient.connect(first.port),
+    ]);
+    try {
+      second.pause();
+      await short.write("A late:k 0.2 5\n");
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      await waiter.write("A late:k 30 5\n");
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      second.resume();
+      assert.equal(await short.readLine(5000), "A late:k T");
+      assert.match(await waiter.readLine(5000) ?? "", /^A late:k A \d+$/);
+    } finally {
+      await Promise.all([short.close(), waiter.close()]);
+    }
+  }, { args: ["--replication", "sync"] });
+});

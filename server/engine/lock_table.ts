@@ -276,6 +276,16 @@ export class LockTable<T> {
     return true;
   }
 
+  /** Moves grant `token`'s lease of `key` `ms` later; false if it no longer holds the key. */
+  prolong(key: string, token: bigint, ms: number): boolean {
+    const slot = this.#locks.find(key);
+    if (slot < 0 || this.#locks.token(slot) !== token) return false;
+    const deadline = this.#locks.deadline(slot) + ms;
+    this.#locks.schedule(slot, deadline, this.#nextSeq());
+    this.#hooks.held?.(key, token, deadline, this.#locks.owner(slot));
+    return true;
+  }
+
   /**
    * Removes a queued acquire whose requester went away (its connection closed). Does
    * nothing if it was already granted, timed out or cancelled. No hook is called.

@@ -1,0 +1,93 @@
+/**
+ * Late grants in sync replication (server/late_grant.ts, LockTable.prolong(), and the client
+ * socket's `lateGrant` hook): a grant whose reply waited for the standbys gets its lease moved
+ * as much later, or is answered `T` if its lease ran out meanwhile.
+ */
+
+import assert from "node:assert/strict";
+import { Batch } from "../server/batch.ts";
+import { LATE_AFTER_MS, lateGrant } from "../server/late_grant.ts";
+import { LineSocket } from "../server/line_socket.ts";
+import { grab, harness, queue } from "./_lock_table.ts";
+
+Deno.test("LockTable.prolong() moves a grant's lease later and streams it; a wrong token changes nothing", () => {
+  const h = harness();
+  const token = grab(h, "k", 1000);
+  h.take();
+  h.at(300);
+  assert.equal(h.table.prolong("k", token, 300), true);
+  assert.deepEqual(h.take(), [`held k ${token} 1300`]);
+  assert.equal(h.table.peek("k")?.deadline, 1300);
+  assert.equal(h.table.prolong("k", token + 1n, 300), false);
+  assert.equal(h.table.prolong("other", token, 300), false);
+  assert.deepEqual(h.take(), []);
+  h.at(1299);
+  assert.equal(h.table.holder("k")?.token, token, "still held before the moved deadline");
+  h.at(1300);
+  assert.equal(h.table.holder("k"), undefined);
+});
+
+Deno.test("lateGrant() moves the lease of a reply held past LATE_AFTER_MS, answers T for one that ran out", () => {
+  const h = harness();
+  const late = lateGrant(h.table);
+  const token = grab(h, "k", 1000);
+  h.take();
+  assert.equal(late("k", token, LATE_AFTER_MS - 0.1), undefined, "a usual acknowledgement");
+  assert.deepEqual(h.take(), [], "its lease is left as it is");
+  h.at(400);
+  assert.equal(late("k", token, 400), undefined);
+  assert.equal(h.table.peek("k")?.deadline, 1400, "the lease runs from the reply");
+
+  // A lease that ran out while its reply was held: the key passed on to a waiter.
+  const short = grab(h, "s", 100);
+  queue(h, "s", 1000, 5000, "w");
+  h.take();
+  h.at(600);
+  h.table.advance();
+  assert.ok(h.take().some((l) => l.startsWith("granted w s ")), "s passed on");
+  assert.equal(late("s", short, 600), "A s T", "its client never holds it");
+  assert.notEqual(h.table.holder("s")?.token, short);
+});
+
+/** A client socket whose replies wait for batch `position` until `reached()` says so. */
+function gated(
+  reached: () => number,
+  late: (key: string, token: bigint, heldMs: number) => string | undefined,
+) {
+  const writes: string[] = [];
+  const stream = {
+    read: () => new Promise<number | null>(() => {}),
+    write: (data: Uint8Array) => {
+      writes.push(new TextDecoder().decode(data));
+      return Promise.resolve(data.length);
+    },
+    close() {},
+  };
+  const socket = new LineSocket(stream, "10.0.0.9:5555", { line() {}, closed() {} }, {
+    batch: new Batch(),
+    log: { debug() {}, info() {}, warn() {}, error() {} },
+    replies: { position: () => 1, reached, wait() {} },
+    lateGrant: late,
+  });
+  return { socket, writes };
+}
+
+Deno.test("LineSocket asks lateGrant about each held grant as it goes out, and sends what it answers", async () => {
+  let reached = 0;
+  const calls: string[] = [];
+  const { socket, writes } = gated(() => reached, (key, token, heldMs) => {
+    calls.push(`${key} ${token} ${heldMs >= 20}`);
+    return key === "gone" ? `A ${key} T` : undefined;
+  });
+  socket.send("A k A 7", "k", 7n);
+  socket.send("A gone A 8", "gone", 8n);
+  socket.send("R k R"); // not a grant: no call
+  socket.flush();
+  assert.deepEqual(writes, []);
+  await new Promise((resolve) => setTimeout(resolve, 25));
+  reached = 1;
+  socket.flush();
+  assert.deepEqual(calls, ["k 7 true", "gone 8 true"], "held for at least 20 ms");
+  assert.deepEqual(writes, ["A k A 7\nA gone T\nR k R\n"]);
+  socket.close();
+});
