@@ -135,7 +135,7 @@ export class ClusterNode implements PeerReceiver {
       live: (address) => this.#peers.heardSince(-Infinity, port.clock(), address),
       frozen: () => this.frozenSince() !== undefined,
       log: port.log,
-      dropGraceMs: options.failoverTimeoutMs,
+      dropGraceMs: options.failoverTimeoutMs / 2,
     });
   }
 

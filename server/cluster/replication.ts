@@ -43,9 +43,9 @@ export interface ReplicationOptions {
   /** Where the sync mode's state changes are reported. */
   log?: Logger;
   /**
-   * Sync mode: how long a standby in sync whose link dropped still counts (ms; the failover
-   * timeout): its replies wait for it to sync again rather than go out unacknowledged.
-   * Default 0.
+   * Sync mode: how long a standby in sync whose link dropped still counts (ms; half the
+   * failover timeout, several heartbeats): replies wait for it to sync again rather than go
+   * out unacknowledged. Default 0.
    */
   dropGraceMs?: number;
 }
