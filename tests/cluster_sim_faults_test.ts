@@ -431,6 +431,31 @@ Deno.test({
 });
 
 // ---------------------------------------------------------------------------------------
+// A reset of the active's stream link alone
+
+Deno.test("ClusterNode re-syncs a standby whose stream link alone was reset as soon as the link is back", async () => {
+  // The standby asks for a snapshot at its next tick, before the active has redialled: the
+  // active cannot answer then, and must not leave it waiting for the standby's next request
+  // (a failover timeout later; in sync mode its replies wait for that standby meanwhile).
+  const sim = await settled(2);
+  const lastBeat = sim.lines(B, A, "HB").at(-1)!.at;
+  await sim.advance(lastBeat + 5 - sim.now); // B's next tick comes before A's redial
+  const resetAt = sim.now;
+  sim.cut(A, B, "down");
+  await sim.advance(20);
+  sim.heal(); // a one-off reset: dials work again
+  assert.ok(await sim.runUntil(() => sim.node(B).node.replica.synced, 3000), sim.describe());
+  const after = (from: string, to: string, type: string) =>
+    sim.lines(from, to, type).filter((l) => l.at >= resetAt).map((l) => l.at - resetAt);
+  const [sync] = after(B, A, "SYNC");
+  const [redial] = after(A, B, "PEER");
+  const [snap] = after(A, B, "SNAP");
+  assert.ok(sync < redial, `B asked (${sync} ms) before A's link to it was back (${redial} ms)`);
+  assert.ok(snap - redial <= 2 * sim.delayMs, `snapshot ${snap} ms after the reset`);
+  assert.deepEqual(after(B, A, "SYNC"), [sync], "B did not have to ask again");
+});
+
+// ---------------------------------------------------------------------------------------
 // Elections among replicas
 
 Deno.test("ClusterNode election: a stale higher-priority replica does not beat a fresher one", async () => {

@@ -31,9 +31,8 @@ import { ReplicationStream } from "./replication.ts";
  */
 export const FAILBACK_SETTLE_MS = 3500;
 
-function randomActivation(): string {
-  return crypto.randomUUID().slice(0, 8);
-}
+/** A new activation id. */
+const randomActivation = (): string => crypto.randomUUID().slice(0, 8);
 
 /** The cluster role machine of one node. */
 export class ClusterNode implements PeerReceiver {
@@ -207,6 +206,7 @@ export class ClusterNode implements PeerReceiver {
   /** A peer link came up: announce ourselves, and ask for the stream if it is our active. */
   linkUp(address: string): void {
     this.#announce();
+    if (this.stream.takeAsked(address)) this.syncRequested(address); // (asked while down)
     if (this.#activeAddress === address) {
       this.replica.reacknowledge(address); // an ACK sent while it was down was dropped
       this.replica.askAgain();
@@ -256,7 +256,7 @@ export class ClusterNode implements PeerReceiver {
   syncRequested(address: string): void {
     // A frozen active's state may be stale: no standby should trade its replica for it.
     if (this.#role !== "active" || this.#freeze.since !== undefined) return;
-    if (!this.#io.network.up(address)) return;
+    if (!this.#io.network.up(address)) return this.stream.askedWhileDown(address);
     this.stream.snapshot(address, this.#activation!, this.replica.floor);
   }
 

@@ -77,6 +77,8 @@ export class ReplicationStream implements ReplyGate {
   #followers = new Map<string, Follower>();
   /** Standbys in sync whose link dropped: they still hold replies back for a while. */
   #dropped = new Map<string, Dropped>();
+  /** Standbys whose `SYNC` came while the link to them was down: answered once it is up. */
+  #asked = new Set<string>();
   /** The last batch sealed (sync mode). */
   #seq = 0;
   /** Whether changes were streamed since the last seal. */
@@ -113,6 +115,7 @@ export class ReplicationStream implements ReplyGate {
    * and adds it to the stream.
    */
   snapshot(address: string, activation: string, floor: bigint): void {
+    this.#asked.delete(address);
     const { table, tokens, network } = this.#ctx;
     const now = this.#ctx.clock();
     const position = this.#seq;
@@ -243,10 +246,25 @@ export class ReplicationStream implements ReplyGate {
     this.#wake();
   }
 
+  /**
+   * `address` asked for a snapshot while the link to it was down (only its own link to this
+   * node was up): {@linkcode takeAsked} tells, once the link is back. Waiting for it to ask
+   * again would cost a failover timeout, and in sync mode the replies it holds back.
+   */
+  askedWhileDown(address: string): void {
+    this.#asked.add(address);
+  }
+
+  /** Whether `address` asked while its link was down (forgotten once asked). */
+  takeAsked(address: string): boolean {
+    return this.#asked.delete(address);
+  }
+
   /** Nobody receives the stream (this node is no longer active). */
   clear(): void {
     this.#followers.clear();
     this.#dropped.clear();
+    this.#asked.clear();
     this.#seq = 0;
     this.#dirty = false;
     this.#degraded = false;
