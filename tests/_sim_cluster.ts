@@ -40,6 +40,11 @@ export interface SimClusterOptions {
   heartbeatMs?: number;
   /** Failover timeout, ms. Default 1000 (the server's default). */
   failoverTimeoutMs?: number;
+  /**
+   * Replication mode of the nodes' streams (`SEQ`/`ACK` and which standbys count as in sync;
+   * replies are not held back here). Default `async`.
+   */
+  replication?: "async" | "sync";
   /** One-way network delay, ms. Default 1. */
   delayMs?: number;
   /** Tokens per reserved block. Default 1,000,000 (the server's). */
@@ -107,6 +112,7 @@ export class SimCluster implements ClientHost {
   #links = new Map<string, Link>();
   #clients = new Map<SimNode, SimClient[]>();
   #activations = 0;
+  #replication: "async" | "sync" | undefined;
 
   /** Starts every node at time 0. @param options Size, timings, network delay, tokens. */
   constructor(options: SimClusterOptions = {}) {
@@ -117,6 +123,7 @@ export class SimCluster implements ClientHost {
     this.failoverTimeoutMs = options.failoverTimeoutMs ?? 1000;
     this.delayMs = options.delayMs ?? 1;
     this.#block = options.block ?? 1_000_000n;
+    this.#replication = options.replication;
     this.#wallClock = options.wallClock ?? ((now) => EPOCH_MS + now);
     for (const from of this.addresses) {
       for (const to of this.addresses) {
@@ -181,6 +188,7 @@ export class SimCluster implements ClientHost {
         peers: this.addresses,
         heartbeatMs: this.heartbeatMs,
         failoverTimeoutMs: this.failoverTimeoutMs,
+        replication: this.#replication,
         time: this.time,
         process,
         network: this.#network(() => holder.node!),

@@ -125,6 +125,8 @@ export interface SimNodeOptions {
   heartbeatMs: number;
   /** Failover timeout, ms. */
   failoverTimeoutMs: number;
+  /** Replication mode (the stream's only: requests are answered at once here). */
+  replication?: "async" | "sync";
   /** The clock. */
   time: SimTime;
   /** The process it runs in. */
@@ -237,6 +239,7 @@ export class SimNode {
       peers: options.peers,
       heartbeatMs: options.heartbeatMs,
       failoverTimeoutMs: options.failoverTimeoutMs,
+      replication: options.replication,
     }, {
       network: options.network,
       scheduler: options.process.scheduler,

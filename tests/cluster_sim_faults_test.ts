@@ -431,7 +431,7 @@ Deno.test({
 });
 
 // ---------------------------------------------------------------------------------------
-// A reset of the active's stream link alone
+// The active's stream link: a reset, a standby leaving or dying (sync replication)
 
 Deno.test("ClusterNode re-syncs a standby whose stream link alone was reset as soon as the link is back", async () => {
   // The standby asks for a snapshot at its next tick, before the active has redialled: the
@@ -453,6 +453,42 @@ Deno.test("ClusterNode re-syncs a standby whose stream link alone was reset as s
   assert.ok(sync < redial, `B asked (${sync} ms) before A's link to it was back (${redial} ms)`);
   assert.ok(snap - redial <= 2 * sim.delayMs, `snapshot ${snap} ms after the reset`);
   assert.deepEqual(after(B, A, "SYNC"), [sync], "B did not have to ask again");
+});
+
+Deno.test("ClusterNode sync replication: a standby stopping gracefully stops counting at once, one that dies after the grace", async (t) => {
+  // The simulator answers requests at once; the stream's batches are sealed by hand here
+  // (the server seals one per read). What is checked is the active's view of its standby:
+  // held replies wait while `reached()` is finite and go out when it is Infinity.
+  for (const how of ["SIGTERM", "kill -9"] as const) {
+    await t.step(how, async () => {
+      const sim = new SimCluster({ size: 2, replication: "sync" });
+      assert.equal((await sim.waitForOneActive()).address, A);
+      await sim.waitForSync();
+      const stream = sim.node(A).node.stream;
+      await sim.grant(A, "sync:k");
+      stream.seal();
+      assert.ok(await sim.runUntil(() => stream.inSync().includes(B), 100));
+      await sim.grant(A, "sync:k2");
+      stream.seal(); // B will never acknowledge this batch
+      const acked = stream.reached();
+      const goneAt = sim.now;
+      if (how === "SIGTERM") {
+        const left = sim.shutdown(B);
+        assert.ok(await sim.runUntil(() => sim.node(B).exited, 100));
+        assert.equal(await left, false);
+        await sim.advance(2 * sim.delayMs);
+        assert.equal(stream.reached(), Infinity, "it said it was leaving: no reply waits");
+      } else {
+        sim.kill(B);
+        await sim.advance(2 * sim.delayMs);
+        assert.equal(stream.reached(), acked, "replies wait for it to come back");
+        assert.ok(await sim.runUntil(() => stream.reached() === Infinity, TIMEOUT));
+        const waited = sim.now - goneAt;
+        assert.ok(waited <= TIMEOUT / 2 + 1, `degraded ${waited} ms after the kill`);
+      }
+      assert.equal(stream.degraded, true);
+    });
+  }
 });
 
 // ---------------------------------------------------------------------------------------

@@ -124,6 +124,7 @@ export class Handover {
     const host = this.#host;
     if (host.role !== "active") {
       host.setRole("leaving", "leaving");
+      host.announce(); // the active stops counting on it (sync replication) at once
       return false;
     }
     const tried = new Set<string>();

@@ -131,7 +131,7 @@ export class ClusterNode implements PeerReceiver {
     this.stream = new ReplicationStream(ctx, {
       streaming: () => this.#role === "active",
       mode: options.replication,
-      live: (address) => this.#peers.heardSince(-Infinity, port.clock(), address),
+      live: (address) => this.#peers.serving(address, port.clock()),
       frozen: () => this.frozenSince() !== undefined,
       log: port.log,
       dropGraceMs: options.failoverTimeoutMs / 2,

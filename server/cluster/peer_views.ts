@@ -91,6 +91,16 @@ export class PeerViews {
     return this.#peers.get(address);
   }
 
+  /**
+   * Whether `address` counts for the replication stream at `now`: heard within the failover
+   * timeout, and not leaving (a standby stopping gracefully says so before it goes).
+   */
+  serving(address: string, now: number): boolean {
+    const peer = this.#peers.get(address);
+    if (peer === undefined || peer.role === "leaving") return false;
+    return now - peer.lastHeard < this.#timeoutMs;
+  }
+
   /** Anything from `address` arrived at `now`. */
   heard(address: string, now: number): void {
     const peer = this.#peers.get(address);
