@@ -299,6 +299,9 @@ export class Router {
         if (target === connection) target = undefined; // A node naming itself: don't loop on it.
         else this.#active = target?.address.key;
         lastProblem = `redirected to ${reply.text}`;
+        // Past its wait an acquire follows no redirect: it moved here because the node it was
+        // sent to went silent, and the node named may be that one, still frozen.
+        if (performance.now() >= (ex.until ?? Infinity)) throw unavailable();
         if (target === undefined) await pause();
         continue;
       }

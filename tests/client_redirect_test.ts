@@ -7,7 +7,7 @@
  */
 
 import assert from "node:assert/strict";
-import { LockClient } from "../mod.ts";
+import { LockClient, LockUnavailableError } from "../mod.ts";
 import { FakeServer, lockServer, waitUntil } from "./_fake_server.ts";
 
 Deno.test("LockClient retires the connections to redirected-to nodes that are gone, never its own", async () => {
@@ -55,4 +55,19 @@ Deno.test("LockClient keeps a redirected-to connection that is still up", async 
   await lock.release();
   assert.equal(client.connections, 4, "configured two, plus both nodes an M named");
   assert.equal(first.accepted, 1, "the first node's connection was kept");
+});
+
+Deno.test("LockClient past an acquire's wait follows no redirect back to the node that went silent", async () => {
+  // The node the acquire queued on freezes; the other one still names it as the active (it
+  // has not failed over yet). Once the wait is over the client gives up instead of going
+  // back to the frozen node again and again until it wakes.
+  await using frozen = await FakeServer.start();
+  await using standby = await FakeServer.start();
+  standby.handler = (r) => void r.reply("M", frozen.address);
+  await using client = new LockClient([frozen.address, standby.address]);
+  await waitUntil(() => client.connected === 2, "both nodes");
+  frozen.answerPings = false; // frozen from now on
+  await assert.rejects(client.acquire("k", { wait: 0.3 }), LockUnavailableError);
+  assert.equal(frozen.count("A k"), 1, "sent to the frozen node once, not again after the M");
+  assert.equal(standby.count("A k"), 1, "moved on to the other node once");
 });

@@ -1863,6 +1863,7 @@ var Router = class {
         if (target === connection) target = void 0;
         else this.#active = target?.address.key;
         lastProblem = `redirected to ${reply.text}`;
+        if (performance.now() >= (ex.until ?? Infinity)) throw unavailable();
         if (target === void 0) await pause();
         continue;
       }
