@@ -3,12 +3,15 @@
  * a connection added for a node an `M` named is retired once it is down and unused and an
  * `M` names yet another node, so a cluster whose nodes come back at new addresses does not
  * leave the client one connection per old address, retried for good. The configured
- * addresses' connections stay.
+ * addresses' connections stay. Past its wait, an acquire that moved on from a node that went
+ * silent follows no `M` (it would go back to that node); one that was answered `M` on its
+ * first try follows it.
  */
 
 import assert from "node:assert/strict";
 import { LockClient, LockUnavailableError } from "../mod.ts";
 import { FakeServer, lockServer, waitUntil } from "./_fake_server.ts";
+import { TcpProxy } from "./_proxy.ts";
 
 Deno.test("LockClient retires the connections to redirected-to nodes that are gone, never its own", async () => {
   await using front = await FakeServer.start();
@@ -70,4 +73,34 @@ Deno.test("LockClient past an acquire's wait follows no redirect back to the nod
   await assert.rejects(client.acquire("k", { wait: 0.3 }), LockUnavailableError);
   assert.equal(frozen.count("A k"), 1, "sent to the frozen node once, not again after the M");
   assert.equal(standby.count("A k"), 1, "moved on to the other node once");
+});
+
+// A fresh client (no latency measured yet) 110 ms one-way from both nodes: its tryAcquire
+// (wait 1 ms) goes to the standby first, whose M arrives after the acquire's wait and margin.
+// Nothing froze: the redirect is followed, and the live active grants the free key.
+Deno.test("LockClient follows an M that answers a fresh client's tryAcquire 220 ms later, past its wait", async () => {
+  await using standby = await FakeServer.start();
+  await using active = await FakeServer.start();
+  const toStandby = TcpProxy.start(standby.port, { delayMs: 110 });
+  const toActive = TcpProxy.start(active.port, { delayMs: 110 });
+  active.handler = lockServer({ firstToken: 7n });
+  standby.handler = (r) => void r.reply("M", toActive.address); // the live active
+  const client = new LockClient([toStandby.address, toActive.address]);
+  try {
+    await waitUntil(() => client.connected === 2, "both connections");
+    const started = performance.now();
+    let outcome: unknown;
+    try {
+      outcome = (await client.tryAcquire("k"))?.token;
+    } catch (error) {
+      outcome = error;
+    }
+    const ms = Math.round(performance.now() - started);
+    assert.equal(standby.count("A k"), 1, "went to the standby first");
+    assert.equal(outcome, 7n, `granted by the active the M named; got ${outcome} after ${ms} ms`);
+  } finally {
+    await client.close();
+    await toStandby.close();
+    await toActive.close();
+  }
 });

@@ -438,6 +438,7 @@ Deno.test("ClusterNode re-syncs a standby whose stream link alone was reset as s
   // active cannot answer then, and must not leave it waiting for the standby's next request
   // (a failover timeout later; in sync mode its replies wait for that standby meanwhile).
   const sim = await settled(2);
+  await sim.advance(TIMEOUT); // its first snapshot is older than a failover timeout
   const lastBeat = sim.lines(B, A, "HB").at(-1)!.at;
   await sim.advance(lastBeat + 5 - sim.now); // B's next tick comes before A's redial
   const resetAt = sim.now;
@@ -489,6 +490,51 @@ Deno.test("ClusterNode sync replication: a standby stopping gracefully stops cou
       assert.equal(stream.degraded, true);
     });
   }
+});
+
+Deno.test("ClusterNode resends a snapshot that costs the link each time no faster than the standby's own retries", async () => {
+  // A SYNC that came while the link was down is answered once it is back, unless that
+  // standby had a snapshot less than a failover timeout ago: that snapshot would be the one
+  // that dropped the link (the output limit, a line the standby refuses), over and over.
+  const sim = await settled(2);
+  const start = sim.now;
+  let seen = sim.lines(A, B, "SNAP").length;
+  const reset = async () => {
+    sim.cut(A, B, "down");
+    await sim.advance(1);
+    sim.heal();
+  };
+  await reset();
+  while (sim.now - start < 5000) {
+    await sim.advance(1);
+    const n = sim.lines(A, B, "SNAP").length;
+    if (n > seen) {
+      seen = n;
+      await sim.advance(1); // part of it arrived, then the link drops again
+      await reset();
+    }
+  }
+  const snaps = sim.lines(A, B, "SNAP").filter((l) => l.at >= start).length;
+  assert.ok(snaps >= 3 && snaps <= 6, `${snaps} snapshots in 5 s`);
+});
+
+Deno.test("ClusterNode sync replication: a standby that promoted itself behind a stalled link stops counting", async () => {
+  // A's link to B stalls without closing: B hears no active and promotes; its heartbeats
+  // (role active) still reach A. B applies none of A's stream, so A must not keep waiting
+  // for its acknowledgement (until the stalled connection errors, minutes later).
+  const sim = new SimCluster({ size: 2, replication: "sync" });
+  assert.equal((await sim.waitForOneActive()).address, A);
+  await sim.waitForSync();
+  const stream = sim.node(A).node.stream;
+  await sim.grant(A, "held:k1");
+  stream.seal();
+  assert.ok(await sim.runUntil(() => stream.inSync().includes(B), 100));
+  sim.cut(A, B, "hold");
+  await sim.grant(A, "held:k2");
+  stream.seal(); // B never sees this batch
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3 * TIMEOUT), "B promoted");
+  assert.ok(await sim.runUntil(() => stream.reached() === Infinity, 2 * HEARTBEAT), sim.describe());
+  assert.deepEqual(stream.inSync(), []);
 });
 
 // ---------------------------------------------------------------------------------------

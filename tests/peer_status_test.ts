@@ -119,7 +119,7 @@ function stream(
   more: {
     live?: (address: string) => boolean;
     frozen?: () => boolean;
-    dropGraceMs?: number;
+    failoverTimeoutMs?: number;
   } = {},
 ) {
   let now = 0;
@@ -264,7 +264,7 @@ Deno.test("sync replication holds what no standby acknowledged while the node is
 Deno.test("sync replication: a standby in sync whose link dropped holds replies until it syncs again", () => {
   // Its own short pause makes a standby reconnect: answering what only it had acknowledged
   // so far at once would answer changes no live standby has (lost if the active dies next).
-  const { s, at, seqs, warnings } = stream("sync", { live: () => true, dropGraceMs: 1000 });
+  const { s, at, seqs, warnings } = stream("sync", { live: () => true, failoverTimeoutMs: 2000 });
   s.snapshot("b:1", "act", 0n);
   s.seal();
   s.acked("b:1", 1);
@@ -297,7 +297,7 @@ Deno.test("sync replication: a dropped standby stops holding replies after the g
   for (const how of ["grace", "live"] as const) {
     await t.step(how, () => {
       let live = true;
-      const { s, at, warnings } = stream("sync", { live: () => live, dropGraceMs: 1000 });
+      const { s, at, warnings } = stream("sync", { live: () => live, failoverTimeoutMs: 2000 });
       s.snapshot("b:1", "act", 0n);
       s.seal();
       s.acked("b:1", 1);
@@ -317,7 +317,7 @@ Deno.test("sync replication: a dropped standby stops holding replies after the g
     });
   }
   await t.step("a standby not yet in sync is dropped at once", () => {
-    const { s } = stream("sync", { live: () => true, dropGraceMs: 1000 });
+    const { s } = stream("sync", { live: () => true, failoverTimeoutMs: 2000 });
     s.snapshot("b:1", "act", 0n);
     s.seal();
     s.remove("b:1");
@@ -325,7 +325,7 @@ Deno.test("sync replication: a dropped standby stops holding replies after the g
     assert.equal(s.reached(), Infinity);
   });
   await t.step("async mode never holds", () => {
-    const { s } = stream("async", { live: () => true, dropGraceMs: 1000 });
+    const { s } = stream("async", { live: () => true, failoverTimeoutMs: 2000 });
     s.snapshot("b:1", "act", 0n);
     s.check();
     s.acked("b:1", 1);

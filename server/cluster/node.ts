@@ -134,7 +134,7 @@ export class ClusterNode implements PeerReceiver {
       live: (address) => this.#peers.serving(address, port.clock()),
       frozen: () => this.frozenSince() !== undefined,
       log: port.log,
-      dropGraceMs: options.failoverTimeoutMs / 2,
+      failoverTimeoutMs: options.failoverTimeoutMs,
     });
   }
 

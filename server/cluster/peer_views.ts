@@ -9,6 +9,9 @@
 import type { PeerView, Role } from "./election.ts";
 import type { Heartbeat } from "./peer_codec.ts";
 
+/** The roles of a peer that may apply this node's stream. */
+const STANDBY_ROLES: ReadonlySet<Role> = new Set<Role>(["starting", "standby"]);
+
 /** The last word of one peer. */
 export interface PeerState {
   /** Its `--peers` address. */
@@ -92,12 +95,13 @@ export class PeerViews {
   }
 
   /**
-   * Whether `address` counts for the replication stream at `now`: heard within the failover
-   * timeout, and not leaving (a standby stopping gracefully says so before it goes).
+   * Whether `address` counts as a standby for the replication stream at `now`: heard within
+   * the failover timeout, and not leaving (a standby stopping gracefully says so before it
+   * goes), active or handing over (it promoted itself: it applies no stream of ours).
    */
   serving(address: string, now: number): boolean {
     const peer = this.#peers.get(address);
-    if (peer === undefined || peer.role === "leaving") return false;
+    if (peer === undefined || !STANDBY_ROLES.has(peer.role)) return false;
     return now - peer.lastHeard < this.#timeoutMs;
   }
 

@@ -43,11 +43,14 @@ export interface ReplicationOptions {
   /** Where the sync mode's state changes are reported. */
   log?: Logger;
   /**
-   * Sync mode: how long a standby in sync whose link dropped still counts (ms; half the
-   * failover timeout, several heartbeats): replies wait for it to sync again rather than go
-   * out unacknowledged. Default 0.
+   * The failover timeout (ms). In sync mode a standby in sync whose link dropped still counts
+   * for half of it (several heartbeats): replies wait for it to sync again rather than go out
+   * unacknowledged. A `SYNC` that came while the link was down is answered when it is back
+   * unless that standby had a snapshot less than this long ago (it would be the snapshot
+   * that costs the link each time: the standby's own retries, this far apart, pace it).
+   * Default 0.
    */
-  dropGraceMs?: number;
+  failoverTimeoutMs?: number;
 }
 
 /** Seal times kept for the lag (a standby further behind shows at least that old a lag). */
@@ -79,6 +82,8 @@ export class ReplicationStream implements ReplyGate {
   #dropped = new Map<string, Dropped>();
   /** Standbys whose `SYNC` came while the link to them was down: answered once it is up. */
   #asked = new Set<string>();
+  /** When each standby was last sent a snapshot (ms). */
+  #snapshotAt = new Map<string, number>();
   /** The last batch sealed (sync mode). */
   #seq = 0;
   /** Whether changes were streamed since the last seal. */
@@ -93,6 +98,11 @@ export class ReplicationStream implements ReplyGate {
     this.#ctx = ctx;
     this.#options = options;
     this.#sync = options.mode === "sync";
+  }
+
+  /** How long a dropped standby still counts (sync mode), ms. */
+  get #grace(): number {
+    return (this.#options.failoverTimeoutMs ?? 0) / 2;
   }
 
   /** Whether `address` receives the stream. */
@@ -118,6 +128,7 @@ export class ReplicationStream implements ReplyGate {
     this.#asked.delete(address);
     const { table, tokens, network } = this.#ctx;
     const now = this.#ctx.clock();
+    this.#snapshotAt.set(address, now);
     const position = this.#seq;
     network.send(address, { type: "SNAP", activation, lastToken: tokens.last, floor, position });
     for (const owner of this.#ctx.owners.all()) network.send(address, { type: "O", ...owner });
@@ -231,7 +242,7 @@ export class ReplicationStream implements ReplyGate {
 
   /**
    * `address` no longer receives the stream (its link dropped). In sync mode a standby that
-   * was in sync still counts for up to `dropGraceMs` while it is live (docs/cluster.md,
+   * was in sync still counts for half the failover timeout while it is live (docs/cluster.md,
    * "Replication modes"): a short pause of its own drops the link, and answering the replies
    * held for it at once would answer what no live standby has, lost if the active dies next.
    */
@@ -239,7 +250,7 @@ export class ReplicationStream implements ReplyGate {
     const follower = this.#followers.get(address);
     if (follower === undefined) return;
     this.#followers.delete(address);
-    const grace = this.#options.dropGraceMs ?? 0;
+    const grace = this.#grace;
     if (this.#sync && grace > 0 && follower.acked >= follower.since) {
       this.#dropped.set(address, { acked: follower.acked, at: this.#ctx.clock() });
     }
@@ -252,7 +263,10 @@ export class ReplicationStream implements ReplyGate {
    * again would cost a failover timeout, and in sync mode the replies it holds back.
    */
   askedWhileDown(address: string): void {
-    this.#asked.add(address);
+    const last = this.#snapshotAt.get(address) ?? -Infinity;
+    if (this.#ctx.clock() - last >= (this.#options.failoverTimeoutMs ?? 0)) {
+      this.#asked.add(address);
+    }
   }
 
   /** Whether `address` asked while its link was down (forgotten once asked). */
@@ -265,6 +279,7 @@ export class ReplicationStream implements ReplyGate {
     this.#followers.clear();
     this.#dropped.clear();
     this.#asked.clear();
+    this.#snapshotAt.clear();
     this.#seq = 0;
     this.#dirty = false;
     this.#degraded = false;
@@ -304,7 +319,7 @@ export class ReplicationStream implements ReplyGate {
       if (follower.acked > reached) reached = follower.acked;
     }
     if (this.#dropped.size > 0) {
-      const expired = this.#ctx.clock() - (this.#options.dropGraceMs ?? 0);
+      const expired = this.#ctx.clock() - this.#grace;
       for (const [address, dropped] of this.#dropped) {
         if (!frozen && (dropped.at <= expired || this.#options.live?.(address) === false)) {
           this.#dropped.delete(address);
