@@ -27,6 +27,21 @@ async function settled(size: number): Promise<SimCluster> {
   return sim;
 }
 
+/**
+ * Two nodes in sync replication, `A` active and `B` in sync: the simulator answers requests at
+ * once, so the stream's batches are sealed by hand (the server seals one per read).
+ */
+async function syncSettled() {
+  const sim = new SimCluster({ size: 2, replication: "sync" });
+  assert.equal((await sim.waitForOneActive()).address, A);
+  await sim.waitForSync();
+  const stream = sim.node(A).node.stream;
+  await sim.grant(A, "sync:first");
+  stream.seal();
+  assert.ok(await sim.runUntil(() => stream.inSync().includes(B), 100));
+  return { sim, stream };
+}
+
 /** Acquires on `address` that follow `M`, queued one after the other; grants go to `order`. */
 async function queue(
   sim: SimCluster,
@@ -457,18 +472,11 @@ Deno.test("ClusterNode re-syncs a standby whose stream link alone was reset as s
 });
 
 Deno.test("ClusterNode sync replication: a standby stopping gracefully stops counting at once, one that dies after the grace", async (t) => {
-  // The simulator answers requests at once; the stream's batches are sealed by hand here
-  // (the server seals one per read). What is checked is the active's view of its standby:
-  // held replies wait while `reached()` is finite and go out when it is Infinity.
+  // What is checked is the active's view of its standby: held replies wait while
+  // `reached()` is finite and go out when it is Infinity.
   for (const how of ["SIGTERM", "kill -9"] as const) {
     await t.step(how, async () => {
-      const sim = new SimCluster({ size: 2, replication: "sync" });
-      assert.equal((await sim.waitForOneActive()).address, A);
-      await sim.waitForSync();
-      const stream = sim.node(A).node.stream;
-      await sim.grant(A, "sync:k");
-      stream.seal();
-      assert.ok(await sim.runUntil(() => stream.inSync().includes(B), 100));
+      const { sim, stream } = await syncSettled();
       await sim.grant(A, "sync:k2");
       stream.seal(); // B will never acknowledge this batch
       const acked = stream.reached();
@@ -522,13 +530,7 @@ Deno.test("ClusterNode sync replication: a standby that promoted itself behind a
   // A's link to B stalls without closing: B hears no active and promotes; its heartbeats
   // (role active) still reach A. B applies none of A's stream, so A must not keep waiting
   // for its acknowledgement (until the stalled connection errors, minutes later).
-  const sim = new SimCluster({ size: 2, replication: "sync" });
-  assert.equal((await sim.waitForOneActive()).address, A);
-  await sim.waitForSync();
-  const stream = sim.node(A).node.stream;
-  await sim.grant(A, "held:k1");
-  stream.seal();
-  assert.ok(await sim.runUntil(() => stream.inSync().includes(B), 100));
+  const { sim, stream } = await syncSettled();
   sim.cut(A, B, "hold");
   await sim.grant(A, "held:k2");
   stream.seal(); // B never sees this batch

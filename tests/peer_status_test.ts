@@ -175,6 +175,15 @@ function stream(
   };
 }
 
+/** b:1 in sync (it acknowledged batch 1), and batch 2 (a change) waiting for it. */
+function heldForB(s: ReplicationStream): void {
+  s.snapshot("b:1", "act", 0n);
+  s.seal();
+  s.acked("b:1", 1);
+  s.held("k", 1n, 1000, 0);
+  s.seal();
+}
+
 Deno.test("async replication numbers a batch each heartbeat, and the acknowledgements give the lag", () => {
   const { s, at, seqs } = stream("async");
   s.check();
@@ -244,11 +253,7 @@ Deno.test("sync replication holds what no standby acknowledged while the node is
   let frozen = false;
   let live = true;
   const { s, warnings } = stream("sync", { live: () => live, frozen: () => frozen });
-  s.snapshot("b:1", "act", 0n);
-  s.seal();
-  s.acked("b:1", 1);
-  s.held("k", 1n, 1000, 0);
-  s.seal(); // batch 2: a reply waits for it
+  heldForB(s); // batch 2: a reply waits for it
   assert.equal(s.reached(), 1);
   frozen = true;
   live = false;
@@ -265,11 +270,7 @@ Deno.test("sync replication: a standby in sync whose link dropped holds replies 
   // Its own short pause makes a standby reconnect: answering what only it had acknowledged
   // so far at once would answer changes no live standby has (lost if the active dies next).
   const { s, at, seqs, warnings } = stream("sync", { live: () => true, failoverTimeoutMs: 2000 });
-  s.snapshot("b:1", "act", 0n);
-  s.seal();
-  s.acked("b:1", 1);
-  s.held("k", 1n, 1000, 0);
-  s.seal(); // batch 2: a reply waits for it
+  heldForB(s); // batch 2: a reply waits for it
   assert.equal(s.position(), 2);
   at(100);
   s.remove("b:1");
@@ -298,11 +299,7 @@ Deno.test("sync replication: a dropped standby stops holding replies after the g
     await t.step(how, () => {
       let live = true;
       const { s, at, warnings } = stream("sync", { live: () => live, failoverTimeoutMs: 2000 });
-      s.snapshot("b:1", "act", 0n);
-      s.seal();
-      s.acked("b:1", 1);
-      s.held("k", 1n, 1000, 0);
-      s.seal();
+      heldForB(s);
       at(100);
       s.remove("b:1");
       at(how === "grace" ? 1099 : 500);
