@@ -217,8 +217,8 @@ export class Router {
     let target: ManagedConnection | undefined;
     let backoff = 25;
     let hops = 0;
-    /** Whether a connection it was sent on dropped (a node that froze, or died). */
-    let moved = false;
+    /** The nodes whose connection dropped while it was sent there (froze, or died). */
+    const dropped = new Set<string>();
     const unavailable = () =>
       new LockUnavailableError(
         `No usable lockd connection for ${op} "${key}" (${
@@ -287,7 +287,7 @@ export class Router {
           throw new LockRejectedError(op, key, connection.refusal);
         }
         lastProblem = error.message;
-        moved = true;
+        dropped.add(connection.address.key);
         if (this.#active === connection.address.key) this.#active = undefined;
         // Give up only once as many attempts as connections failed and none is usable.
         if (++failures >= this.#connections.length && !this.#connections.some((c) => c.up)) {
@@ -302,9 +302,10 @@ export class Router {
         if (target === connection) target = undefined; // A node naming itself: don't loop on it.
         else this.#active = target?.address.key;
         lastProblem = `redirected to ${reply.text}`;
-        // Past its wait, an acquire that moved on because its node went silent follows no
-        // redirect: the node named may be that one, still frozen.
-        if (moved && performance.now() >= (ex.until ?? Infinity)) throw unavailable();
+        // Past its wait, an acquire follows no redirect back to a node whose connection dropped
+        // while it was sent there: a node that has not failed over yet names it, still frozen.
+        const back = target !== undefined && dropped.has(target.address.key);
+        if (back && performance.now() >= (ex.until ?? Infinity)) throw unavailable();
         if (target === undefined) await pause();
         continue;
       }

@@ -104,3 +104,21 @@ Deno.test("LockClient follows an M that answers a fresh client's tryAcquire 220 
     await toActive.close();
   }
 });
+
+Deno.test("LockClient past an acquire's wait still follows an M to a node other than the one that went silent", async () => {
+  // The active's host died while the acquire was queued on it; by the time the client's probe
+  // drops it, the cluster has failed over and the standby names the new active: asking it is
+  // the answer, not an error.
+  await using dead = await FakeServer.start();
+  await using standby = await FakeServer.start();
+  await using active = await FakeServer.start();
+  active.handler = lockServer({ firstToken: 7n });
+  standby.handler = (r) => void r.reply("M", active.address);
+  await using client = new LockClient([dead.address, standby.address]);
+  await waitUntil(() => client.connected === 2, "both nodes");
+  dead.answerPings = false; // host gone
+  const lock = await client.acquire("k", { wait: 0.3 });
+  assert.equal(lock.token, 7n, "granted by the new active");
+  assert.deepEqual([dead.count("A k"), standby.count("A k")], [1, 1]);
+  await lock.release();
+});

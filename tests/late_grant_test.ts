@@ -10,7 +10,7 @@ import { LATE_AFTER_MS, lateGrant } from "../server/late_grant.ts";
 import { LineSocket } from "../server/line_socket.ts";
 import { grab, harness, queue } from "./_lock_table.ts";
 
-Deno.test("LockTable.prolong() moves a grant's lease later and streams it; a wrong token changes nothing", () => {
+Deno.test("LockTable.prolong() moves a grant's lease later and streams it; a wrong token or a lease that ran out changes nothing", () => {
   const h = harness();
   const token = grab(h, "k", 1000);
   h.take();
@@ -21,6 +21,10 @@ Deno.test("LockTable.prolong() moves a grant's lease later and streams it; a wro
   assert.equal(h.table.prolong("k", token + 1n, 300), false);
   assert.equal(h.table.prolong("other", token, 300), false);
   assert.deepEqual(h.take(), []);
+  // Due but not settled yet (its lease timer was frozen, as during a handoff): it stays over.
+  h.at(1300);
+  assert.equal(h.table.prolong("k", token, 300), false);
+  assert.equal(h.table.peek("k")?.token, token, "not settled by prolong itself");
   h.at(1299);
   assert.equal(h.table.holder("k")?.token, token, "still held before the moved deadline");
   h.at(1300);

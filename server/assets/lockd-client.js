@@ -1787,7 +1787,7 @@ var Router = class {
     let target;
     let backoff = 25;
     let hops = 0;
-    let moved = false;
+    const dropped = /* @__PURE__ */ new Set();
     const unavailable = () => new LockUnavailableError(`No usable lockd connection for ${op} "${key}" (${[
       ...new Set(this.#connections.map((c) => addressText(c.address)))
     ].join(", ")})` + (lastProblem ? `: ${lastProblem}` : ""));
@@ -1851,7 +1851,7 @@ var Router = class {
           throw new LockRejectedError(op, key, connection.refusal);
         }
         lastProblem = error.message;
-        moved = true;
+        dropped.add(connection.address.key);
         if (this.#active === connection.address.key) this.#active = void 0;
         if (++failures >= this.#connections.length && !this.#connections.some((c) => c.up)) {
           throw unavailable();
@@ -1865,7 +1865,8 @@ var Router = class {
         if (target === connection) target = void 0;
         else this.#active = target?.address.key;
         lastProblem = `redirected to ${reply.text}`;
-        if (moved && performance.now() >= (ex.until ?? Infinity)) throw unavailable();
+        const back = target !== void 0 && dropped.has(target.address.key);
+        if (back && performance.now() >= (ex.until ?? Infinity)) throw unavailable();
         if (target === void 0) await pause();
         continue;
       }

@@ -276,10 +276,12 @@ export class LockTable<T> {
     return true;
   }
 
-  /** Moves grant `token`'s lease of `key` `ms` later; false if it no longer holds the key. */
+  /** Moves grant `token`'s lease of `key` `ms` later; false if it no longer holds it or ran out. */
   prolong(key: string, token: bigint, ms: number): boolean {
     const slot = this.#locks.find(key);
     if (slot < 0 || this.#locks.token(slot) !== token) return false;
+    // Ran out but not settled yet (a frozen lease timer, during a handoff): it stays over.
+    if (this.#locks.deadline(slot) <= this.#clock()) return false;
     const deadline = this.#locks.deadline(slot) + ms;
     this.#locks.schedule(slot, deadline, this.#nextSeq());
     this.#hooks.held?.(key, token, deadline, this.#locks.owner(slot));
