@@ -230,6 +230,25 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
     this.#writer.flush();
   }
 
+  /**
+   * Before a handover (sync replication): each held grant's lease is moved for the time held
+   * so far (`lateGrant`), and counts its hold from now; one that ran out is answered `T`.
+   */
+  prolongHeld(): void {
+    const late = this.#options.lateGrant;
+    if (late === undefined || this.#held.length === 0) return;
+    const now = performance.now();
+    for (const held of this.#held as Held[]) {
+      if (held.token === undefined) continue;
+      const instead = late(held.key!, held.token, now - held.at);
+      held.at = now;
+      if (instead === undefined) continue;
+      this.#heldElsewhere += instead.length - held.line.length;
+      held.line = instead;
+      held.token = undefined;
+    }
+  }
+
   /** Moves the replies whose position the standbys reached to the writer, in order. */
   #release(): void {
     const gate = this.#options.replies;

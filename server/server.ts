@@ -449,6 +449,9 @@ export class LockServer {
       dropUnconfirmed: () => {
         for (const socket of this.#acceptor.clients) if (socket.unconfirmed) socket.close();
       },
+      prolongHeld: () => {
+        for (const socket of this.#acceptor.clients) socket.prolongHeld();
+      },
       promoted: (how) => this.#metrics.promoted(how),
       resumeTimers: () => this.#ticker.fire(),
       roleChanged,

@@ -168,6 +168,8 @@ export class SimNode {
   readonly unparks: number[] = [];
   /** When the node asked to close the connections of unacknowledged replies (a step-down). */
   readonly unconfirmedDrops: number[] = [];
+  /** When `prolongHeld` was called (before each handover it sends), and in which role. */
+  readonly prolongs: { at: number; role: Role }[] = [];
   /** Times `resumeTimers` was called. */
   readonly resumes: number[] = [];
   /** Warnings logged. */
@@ -227,6 +229,7 @@ export class SimNode {
       },
       // No reply waits for acknowledgements here: the times it was asked.
       dropUnconfirmed: () => void this.unconfirmedDrops.push(time.now),
+      prolongHeld: () => void this.prolongs.push({ at: time.now, role: this.node.role }),
       resumeTimers: () => {
         this.resumes.push(time.now);
         this.settleLeases();

@@ -11,7 +11,7 @@
  */
 
 import assert from "node:assert/strict";
-import { Cluster, type Member } from "./_cluster.ts";
+import { Cluster, type Member, withLine } from "./_cluster.ts";
 import { LineClient } from "./_helpers.ts";
 
 const ACQUIRES = 3000;
@@ -145,6 +145,41 @@ Deno.test("cluster (--replication sync) answers T to a grant whose lease ran out
       assert.match(await waiter.readLine(5000) ?? "", /^A late:k A \d+$/);
     } finally {
       await Promise.all([short.close(), waiter.close()]);
+    }
+  }, { args: ["--replication", "sync"] });
+});
+
+Deno.test("cluster (--replication sync) hands over a grant whose reply waited with its lease moved for the wait", async () => {
+  // The standby is paused: a grant's reply waits for it. The active is stopped (SIGTERM)
+  // meanwhile and hands over to that standby once it wakes. The successor must hold the lease
+  // as the client dates it (from the reply), not shorter by the time the reply waited.
+  await Cluster.run(2, async (cluster) => {
+    const [first, second] = cluster.members;
+    await cluster.waitForOneActive();
+    await second.waitForLog(/ > SNAPEND/, { timeoutMs: 5000 });
+    const client = await LineClient.connect(first.port);
+    try {
+      second.pause();
+      await client.write("A moved:k 5 0\n");
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      first.signal("SIGTERM"); // leave(): the handover waits for the paused standby
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      second.resume();
+      assert.match(await client.readLine(5000) ?? "", /^A moved:k A \d+$/);
+      const repliedAt = performance.now();
+      await cluster.waitForOneActive({ not: [first], timeoutMs: 5000 });
+      const info = await withLine(second, async (c) => {
+        await c.write("I moved:k\n");
+        return await c.readLine(5000);
+      });
+      const left = Number(/^I moved:k I \d+ ([\d.]+) /.exec(info ?? "")?.[1]);
+      const dated = 5 - (performance.now() - repliedAt) / 1000; // the client's view, at most
+      assert.ok(
+        left > dated - 0.15,
+        `lease left ${left} s on the successor, the client dates ${dated}`,
+      );
+    } finally {
+      await client.close();
     }
   }, { args: ["--replication", "sync"] });
 });

@@ -539,6 +539,19 @@ Deno.test("ClusterNode sync replication: a standby that promoted itself behind a
   assert.deepEqual(stream.inSync(), []);
 });
 
+Deno.test("ClusterNode moves held grants' leases while still active, before each HANDOFF it sends", async () => {
+  // Sync replication: the leases of grants whose replies wait are moved for the hold so far
+  // and streamed before the HANDOFF, so the successor keeps them as their clients will date
+  // them (docs/cluster.md, "Replication modes").
+  const sim = await settled(2);
+  const a = sim.node(A);
+  const left = sim.shutdown(A);
+  assert.ok(await sim.runUntil(() => a.exited, 100));
+  assert.equal(await left, true);
+  const [handoff] = sim.lines(A, B, "HANDOFF");
+  assert.deepEqual(a.prolongs, [{ at: handoff.at, role: "active" }]);
+});
+
 // ---------------------------------------------------------------------------------------
 // Elections among replicas
 

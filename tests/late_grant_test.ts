@@ -95,3 +95,23 @@ Deno.test("LineSocket asks lateGrant about each held grant as it goes out, and s
   assert.deepEqual(writes, ["A k A 7\nA gone T\nR k R\n"]);
   socket.close();
 });
+
+Deno.test("LineSocket.prolongHeld() moves held grants' leases for the hold so far, then counts it from there", async () => {
+  let reached = 0;
+  const calls: string[] = [];
+  const { socket, writes } = gated(() => reached, (key, token, heldMs) => {
+    calls.push(`${key} ${token} ${heldMs >= 20 ? "long" : "short"}`);
+    return key === "gone" ? `A ${key} T` : undefined;
+  });
+  socket.send("A k A 7", "k", 7n);
+  socket.send("A gone A 8", "gone", 8n);
+  socket.flush();
+  await new Promise((resolve) => setTimeout(resolve, 25));
+  socket.prolongHeld(); // a handover begins
+  assert.deepEqual(calls, ["k 7 long", "gone 8 long"]);
+  reached = 1;
+  socket.flush();
+  assert.deepEqual(calls, ["k 7 long", "gone 8 long", "k 7 short"], "only the rest of the hold");
+  assert.deepEqual(writes, ["A k A 7\nA gone T\n"]);
+  socket.close();
+});

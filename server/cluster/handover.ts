@@ -32,6 +32,8 @@ export interface HandoverHost {
   setRole(role: Role, why: string): void;
   /** Sends a heartbeat now. */
   announce(): void;
+  /** Moves held grants' leases for their hold so far (sync replication; see `ServerPort`). */
+  prolongHeld(): void;
   /** The successor `address` confirmed: redirect everything to it, as a standby or leaving. */
   handedOver(address: string, leaving: boolean): void;
   /** The handover failed and this node is not leaving: serve again. */
@@ -154,6 +156,8 @@ export class Handover {
     const cancel = this.#ctx.scheduler.after(this.#options.takenWithinMs, () => this.#late());
     const attempt = ++this.#attempts;
     this.#sending = { to, attempt, leaving, outcome: promise, done: resolve, cancel };
+    // While still active, so the moved leases are streamed before the HANDOFF.
+    if (host.role === "active") host.prolongHeld();
     host.setRole("handing-off", `handing over to ${to}`);
     const { network, tokens, table } = this.#ctx;
     // `sync` relies on the successor's replica: only for a standby in sync with us now.

@@ -31,7 +31,6 @@ import { ReplicationStream } from "./replication.ts";
  */
 export const FAILBACK_SETTLE_MS = 3500;
 
-/** A new activation id. */
 const randomActivation = (): string => crypto.randomUUID().slice(0, 8);
 
 /** The cluster role machine of one node. */
@@ -107,6 +106,7 @@ export class ClusterNode implements PeerReceiver {
       },
       setRole: (role, why) => this.#setRole(role, why),
       announce: () => this.#announce(),
+      prolongHeld: () => port.prolongHeld?.(),
       handedOver: (address, leaving) => this.#handedOver(address, leaving),
       stillActive: () => {
         this.#setRole("active", "still active");

@@ -81,6 +81,12 @@ export interface ServerPort {
    * never come (this node stepped down): its client retries elsewhere.
    */
   dropUnconfirmed(): void;
+  /**
+   * Before a handover (sync replication): moves the leases of grants whose replies are held
+   * later by the time held so far (docs/cluster.md, "Replication modes"), so the handover
+   * carries them as their clients will date them.
+   */
+  prolongHeld?(): void;
   /** Lease timers may run again: settle what is due and re-arm. */
   resumeTimers(): void;
   /** Called on every role change, with a readable description. */
