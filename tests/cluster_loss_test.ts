@@ -63,6 +63,18 @@ async function lostOn(active: Member, granted: Map<string, bigint>): Promise<num
   }
 }
 
+/** Two nodes in sync replication, the second in sync with the first (the active). */
+function syncPair(
+  fn: (cluster: Cluster, first: Member, second: Member) => Promise<void>,
+): Promise<void> {
+  return Cluster.run(2, async (cluster) => {
+    const [first, second] = cluster.members;
+    await cluster.waitForOneActive();
+    await second.waitForLog(/ > SNAPEND/, { timeoutMs: 5000 });
+    await fn(cluster, first, second);
+  }, { args: ["--replication", "sync"] });
+}
+
 for (const mode of ["async", "sync"] as const) {
   Deno.test(`cluster (--replication ${mode}) loses no acknowledged grant at a kill -9 of the active`, async () => {
     await Cluster.run(2, async (cluster) => {
@@ -86,10 +98,7 @@ Deno.test("cluster (--replication sync) loses no acknowledged grant when the act
   // waking, which drops the active's stream link to it. The replies held for it must keep
   // waiting for its new snapshot's acknowledgement, not go out at the drop: the active is
   // killed right then, and the standby, promoted, must hold every grant a client was told of.
-  await Cluster.run(2, async (cluster) => {
-    const [first, second] = cluster.members;
-    await cluster.waitForOneActive();
-    await second.waitForLog(/ > SNAPEND/, { timeoutMs: 5000 });
+  await syncPair(async (cluster, first, second) => {
     const client = await LineClient.connect(first.port);
     const granted = new Map<string, bigint>();
     let mark = 0;
@@ -119,17 +128,14 @@ Deno.test("cluster (--replication sync) loses no acknowledged grant when the act
     assert.equal(promoted, second);
     const lost = await lostOn(second, granted);
     assert.equal(lost, 0, `${lost} of ${granted.size} acknowledged grants were lost`);
-  }, { args: ["--replication", "sync"] });
+  });
 });
 
 Deno.test("cluster (--replication sync) answers T to a grant whose lease ran out while its reply waited for the standby", async () => {
   // The standby is paused: the grant of a 0.2 s lease waits for its acknowledgement longer
   // than the lease, which runs out on the server and passes the key to a waiter. Both replies
   // go out when the standby wakes; the first client must not be told it holds the key then.
-  await Cluster.run(2, async (cluster) => {
-    const [first, second] = cluster.members;
-    await cluster.waitForOneActive();
-    await second.waitForLog(/ > SNAPEND/, { timeoutMs: 5000 });
+  await syncPair(async (_cluster, first, second) => {
     const [short, waiter] = await Promise.all([
       LineClient.connect(first.port),
       LineClient.connect(first.port),
@@ -146,17 +152,14 @@ Deno.test("cluster (--replication sync) answers T to a grant whose lease ran out
     } finally {
       await Promise.all([short.close(), waiter.close()]);
     }
-  }, { args: ["--replication", "sync"] });
+  });
 });
 
 Deno.test("cluster (--replication sync) hands over a grant whose reply waited with its lease moved for the wait", async () => {
   // The standby is paused: a grant's reply waits for it. The active is stopped (SIGTERM)
   // meanwhile and hands over to that standby once it wakes. The successor must hold the lease
   // as the client dates it (from the reply), not shorter by the time the reply waited.
-  await Cluster.run(2, async (cluster) => {
-    const [first, second] = cluster.members;
-    await cluster.waitForOneActive();
-    await second.waitForLog(/ > SNAPEND/, { timeoutMs: 5000 });
+  await syncPair(async (cluster, first, second) => {
     const client = await LineClient.connect(first.port);
     try {
       second.pause();
@@ -181,5 +184,5 @@ Deno.test("cluster (--replication sync) hands over a grant whose reply waited wi
     } finally {
       await client.close();
     }
-  }, { args: ["--replication", "sync"] });
+  });
 });
