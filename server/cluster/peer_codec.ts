@@ -163,6 +163,10 @@ function counter(text: string, what: string): number {
   return value;
 }
 
+function batch(text: string): number {
+  return counter(text, "batch number");
+}
+
 function milliseconds(text: string): number {
   const value = Number(text);
   // Above 2^53-1 a number cannot hold every integer: the value would be silently rounded.
@@ -215,7 +219,7 @@ export function decodePeer(line: string): PeerMessage | PeerDecodeError {
           activation: optional(f[5], activation),
           replica: flag(f[6], "replica"),
           floor: decimal(f[7], "floor"),
-          position: f[8] === "0" ? 0 : counter(f[8], "batch number"),
+          position: f[8] === "0" ? 0 : batch(f[8]),
           own: decimal(f[9], "own mark"),
         };
       }
@@ -225,7 +229,7 @@ export function decodePeer(line: string): PeerMessage | PeerDecodeError {
           activation: activation(f[1]),
           lastToken: decimal(f[2], "last token"),
           floor: decimal(f[3], "floor"),
-          position: f[4] === "0" ? 0 : counter(f[4], "batch number"),
+          position: f[4] === "0" ? 0 : batch(f[4]),
         };
       case "H": {
         const held: HeldMessage = {
@@ -276,7 +280,7 @@ export function decodePeer(line: string): PeerMessage | PeerDecodeError {
         return { type, activation: activation(f[1]) };
       case "SEQ":
       case "ACK":
-        return { type, seq: counter(f[1], "batch number") };
+        return { type, seq: batch(f[1]) };
       default:
         return { type } as PeerMessage;
     }

@@ -100,9 +100,8 @@ export class PeerViews {
    * goes), active or handing over (it promoted itself: it applies no stream of ours).
    */
   serving(address: string, now: number): boolean {
-    const peer = this.#peers.get(address);
-    if (peer === undefined || !STANDBY_ROLES.has(peer.role)) return false;
-    return now - peer.lastHeard < this.#timeoutMs;
+    const role = this.#peers.get(address)?.role;
+    return role !== undefined && STANDBY_ROLES.has(role) && this.isLive(address, now);
   }
 
   /** Anything from `address` arrived at `now`. */
