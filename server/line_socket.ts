@@ -226,7 +226,8 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
     if (this.#closed) return;
     const options = this.#options;
     if (!options.urgent && this.#gated && !options.batch.replicate(this)) return;
-    if (this.#held.length > 0) this.#release();
+    // A late grant's moved lease goes to the standbys before its reply (docs/cluster.md).
+    if (this.#held.length > 0 && this.#release() && !options.batch.replicate(this)) return;
     this.#writer.flush();
   }
 
@@ -235,38 +236,46 @@ export class LineSocket implements UrgentOutput, LineSink, LineWriterEvents {
    * so far (`lateGrant`), and counts its hold from now; one that ran out is answered `T`.
    */
   prolongHeld(): void {
-    const late = this.#options.lateGrant;
-    if (late === undefined || this.#held.length === 0) return;
     const now = performance.now();
-    for (const held of this.#held as Held[]) {
-      if (held.token === undefined) continue;
-      const instead = late(held.key!, held.token, now - held.at);
-      held.at = now;
-      if (instead === undefined) continue;
+    for (const held of this.#held as Held[]) this.#late(held, now);
+  }
+
+  /**
+   * Asks `lateGrant` about `held` if it is a grant, and updates it in place: its hold counts
+   * from `now`, and a grant that ended becomes the line sent instead. Whether it asked.
+   */
+  #late(held: Held, now: number): boolean {
+    const late = this.#options.lateGrant;
+    if (late === undefined || held.token === undefined) return false;
+    const instead = late(held.key!, held.token, now - held.at);
+    held.at = now;
+    if (instead !== undefined) {
       this.#heldElsewhere += instead.length - held.line.length;
       held.line = instead;
       held.token = undefined;
     }
+    return true;
   }
 
-  /** Moves the replies whose position the standbys reached to the writer, in order. */
-  #release(): void {
+  /**
+   * Moves the replies whose position the standbys reached to the writer, in order. Returns
+   * whether a late grant's lease may have moved (that change is then written first).
+   */
+  #release(): boolean {
     const gate = this.#options.replies;
     const reached = gate?.reached() ?? Infinity;
-    const held = this.#held;
-    const late = this.#options.lateGrant;
-    const now = late === undefined ? 0 : performance.now();
+    const held = this.#held as Held[];
+    const now = this.#options.lateGrant === undefined ? 0 : performance.now();
+    let moved = false;
     let i = 0;
     for (; i < held.length && held[i].position <= reached; i++) {
-      const { line, key, token, at } = held[i];
-      this.#heldElsewhere -= line.length + 1;
-      const instead = late !== undefined && token !== undefined
-        ? late(key!, token, now - at)
-        : undefined;
-      this.#writer.push(instead ?? line);
+      if (this.#late(held[i], now)) moved = true;
+      this.#heldElsewhere -= held[i].line.length + 1;
+      this.#writer.push(held[i].line);
     }
     this.#held = i === held.length ? NONE_HELD : held.slice(i);
     if (this.#held.length > 0) gate?.wait(this);
+    return moved;
   }
 
   /**

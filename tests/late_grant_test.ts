@@ -53,23 +53,36 @@ Deno.test("lateGrant() moves the lease of a reply held past LATE_AFTER_MS, answe
   assert.notEqual(h.table.holder("s")?.token, short);
 });
 
-/** A client socket whose replies wait for batch `position` until `reached()` says so. */
-function gated(
-  reached: () => number,
-  late: (key: string, token: bigint, heldMs: number) => string | undefined,
-) {
-  const writes: string[] = [];
-  const stream = {
+/** A byte stream that records what is written to it, under `name`, in `writes`. */
+function recorder(name: string, writes: string[]) {
+  return {
     read: () => new Promise<number | null>(() => {}),
     write: (data: Uint8Array) => {
-      writes.push(new TextDecoder().decode(data));
+      writes.push(`${name}: ${new TextDecoder().decode(data)}`);
       return Promise.resolve(data.length);
     },
     close() {},
   };
-  const socket = new LineSocket(stream, "10.0.0.9:5555", { line() {}, closed() {} }, {
-    batch: new Batch(),
-    log: { debug() {}, info() {}, warn() {}, error() {} },
+}
+
+const log = { debug() {}, info() {}, warn() {}, error() {} };
+
+/**
+ * A client socket whose replies wait for batch 1 until `reached()` says so; its writes are
+ * recorded as `client: ...`. `batch` is the server's (a peer link may share it).
+ */
+function gated(
+  reached: () => number,
+  late: (key: string, token: bigint, heldMs: number) => string | undefined,
+  batch = new Batch(),
+) {
+  const writes: string[] = [];
+  const socket = new LineSocket(recorder("client", writes), "10.0.0.9:5555", {
+    line() {},
+    closed() {},
+  }, {
+    batch,
+    log,
     replies: { position: () => 1, reached, wait() {} },
     lateGrant: late,
   });
@@ -92,7 +105,7 @@ Deno.test("LineSocket asks lateGrant about each held grant as it goes out, and s
   reached = 1;
   socket.flush();
   assert.deepEqual(calls, ["k 7 true", "gone 8 true"], "held for at least 20 ms");
-  assert.deepEqual(writes, ["A k A 7\nA gone T\nR k R\n"]);
+  assert.deepEqual(writes, ["client: A k A 7\nA gone T\nR k R\n"]);
   socket.close();
 });
 
@@ -112,6 +125,29 @@ Deno.test("LineSocket.prolongHeld() moves held grants' leases for the hold so fa
   reached = 1;
   socket.flush();
   assert.deepEqual(calls, ["k 7 long", "gone 8 long", "k 7 short"], "only the rest of the hold");
-  assert.deepEqual(writes, ["A k A 7\nA gone T\n"]);
+  assert.deepEqual(writes, ["client: A k A 7\nA gone T\n"]);
   socket.close();
+});
+
+Deno.test("LineSocket writes a late grant's moved lease to the standbys before the grant's reply", async () => {
+  // In both replication modes a change reaches the standbys no later than its reply reaches
+  // the client (docs/cluster.md): the moved lease is a change.
+  const batch = new Batch();
+  let reached = 0;
+  const { socket, writes } = gated(() => reached, () => {
+    link.send("H k 7 30000"); // what LockTable.prolong streams
+    return undefined;
+  }, batch);
+  const link = new LineSocket(recorder("standby", writes), "10.0.0.2:7321", {
+    line() {},
+    closed() {},
+  }, { batch, log, urgent: true });
+  socket.send("A k A 7", "k", 7n);
+  socket.flush();
+  await new Promise((resolve) => setTimeout(resolve, 10));
+  reached = 1;
+  socket.flush();
+  assert.deepEqual(writes, ["standby: H k 7 30000\n", "client: A k A 7\n"]);
+  socket.close();
+  link.close();
 });
