@@ -231,12 +231,12 @@ export class ReplicationStream implements ReplyGate {
 
   /** `ACK n` from `address`: it applied every batch up to `n`. */
   acked(address: string, n: number): void {
-    const follower = this.#followers.get(address) ?? this.#dropped.get(address);
+    const current = this.#followers.get(address);
+    const follower = current ?? this.#dropped.get(address);
     if (follower === undefined || n <= follower.acked || n > this.#seq) return;
     follower.acked = n;
-    const since = this.#followers.get(address)?.since;
     // In sync again since a new snapshot: its place as a dropped standby ends.
-    if (since !== undefined && n >= since) this.#dropped.delete(address);
+    if (current !== undefined && n >= current.since) this.#dropped.delete(address);
     this.#wake();
   }
 
