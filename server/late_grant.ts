@@ -10,7 +10,7 @@
  */
 
 import { timeoutReply } from "../client/codec.ts";
-import type { LockTable } from "./engine/lock_table.ts";
+import type { LockCounts, LockTable } from "./engine/lock_table.ts";
 
 /**
  * Replies held for less than this (ms) keep their lease as it is: a usual acknowledgement,
@@ -22,13 +22,18 @@ export const LATE_AFTER_MS = 5;
 /**
  * The `lateGrant` hook of client sockets (`LineSocketOptions`) for `table`: moves the lease
  * of a grant whose reply was held `heldMs` (≥ {@linkcode LATE_AFTER_MS}) that much later;
- * returns `A <key> T` to send instead if the grant no longer holds the key.
+ * returns `A <key> T` to send instead if the grant no longer holds the key. Such a `T` is
+ * counted in `counts.timeouts` (the table's counters, shared with the metrics), so that
+ * `lockd_timeouts_total` counts every `T` its clients got; the grant itself stays counted as a
+ * grant and its lease as an expiration, as they happened in the table.
  */
 export function lateGrant<T>(
   table: LockTable<T>,
+  counts: LockCounts,
 ): (key: string, token: bigint, heldMs: number) => string | undefined {
   return (key, token, heldMs) => {
-    if (heldMs < LATE_AFTER_MS) return undefined;
-    return table.prolong(key, token, heldMs) ? undefined : timeoutReply(key);
+    if (heldMs < LATE_AFTER_MS || table.prolong(key, token, heldMs)) return undefined;
+    counts.timeouts++;
+    return timeoutReply(key);
   };
 }

@@ -285,7 +285,9 @@ export class LockServer {
       log,
       // Sync replication: a client's replies wait for the standbys' acknowledgement.
       replies: cluster?.replication === "sync" ? this.#cluster?.stream : undefined,
-      lateGrant: cluster?.replication === "sync" ? lateGrant(this.#table) : undefined,
+      lateGrant: cluster?.replication === "sync"
+        ? lateGrant(this.#table, metrics.counts)
+        : undefined,
       refused: () => metrics.reject("limits"),
       tooLong: () => metrics.reject("limits"),
     });

@@ -33,7 +33,8 @@ Deno.test("LockTable.prolong() moves a grant's lease later and streams it; a wro
 
 Deno.test("lateGrant() moves the lease of a reply held past LATE_AFTER_MS, answers T for one that ran out", () => {
   const h = harness();
-  const late = lateGrant(h.table);
+  const counts = { grants: 0, releases: 0, extends: 0, expirations: 0, timeouts: 0 };
+  const late = lateGrant(h.table, counts);
   const token = grab(h, "k", 1000);
   h.take();
   assert.equal(late("k", token, LATE_AFTER_MS - 0.1), undefined, "a usual acknowledgement");
@@ -49,7 +50,9 @@ Deno.test("lateGrant() moves the lease of a reply held past LATE_AFTER_MS, answe
   h.at(600);
   h.table.advance();
   assert.ok(h.take().some((l) => l.startsWith("granted w s ")), "s passed on");
+  assert.equal(counts.timeouts, 0, "a moved lease is no timeout");
   assert.equal(late("s", short, 600), "A s T", "its client never holds it");
+  assert.equal(counts.timeouts, 1, "the T its client got counts as a timeout");
   assert.notEqual(h.table.holder("s")?.token, short);
 });
 
