@@ -82,6 +82,14 @@ Deno.test("lockd acquire, release and extend exit 69 with no server and 64 on ba
     assert.equal(out.stdout, "");
     assert.match(out.stderr, new RegExp(`^lockd ${args[0]}: [^\\n]+\\n$`), args.join(" "));
   }
+  // A bridge releases a lock when its connection closes and relays only that connection's
+  // grants: refused before connecting (nothing listens on the port).
+  for (const args of [["acquire", "k"], ["release", "k", "1"], ["extend", "k", "1", "5"]]) {
+    const out = await runLockd([...args, "--servers", `127.0.0.1:1,ws://127.0.0.1:${port}/`]);
+    assert.equal(out.code, 64, `${args}: ${out.stderr}`);
+    assert.equal(out.stdout, "");
+    assert.match(out.stderr, new RegExp(`^lockd ${args[0]}: needs lockd's own addresses .*bridge`));
+  }
   for (const name of ["acquire", "release", "extend", "status", "locks"]) {
     const help = await runLockd([name, "--help"]);
     assert.equal(help.code, 0);

@@ -124,7 +124,9 @@ DESCRIPTION
     Acquires KEY, prints the fencing token (decimal) on standard output and
     exits 0, leaving the lock held: it stays held until 'lockd release KEY
     TOKEN' or the end of its lease (renew it with 'lockd extend'). It is not
-    bound to a session, so it outlives this process.
+    bound to a session, so it outlives this process. It needs lockd's own
+    addresses: a bridge (ws://, wss://) is refused, since it releases a lock
+    when the connection that took it closes.
 
 OPTIONS
     --lease S
@@ -155,7 +157,8 @@ SYNOPSIS
 
 DESCRIPTION
     Releases the grant of KEY that carries TOKEN, whoever took it. The
-    release is retried for 5 seconds if no node can be reached.
+    release is retried for 5 seconds if no node can be reached. A bridge
+    address (ws://, wss://) is refused: it relays only its own grants.
 
 ${CONNECTION}
 
@@ -177,7 +180,8 @@ SYNOPSIS
 
 DESCRIPTION
     Resets the lease of the grant of KEY that carries TOKEN to S seconds
-    (decimal) from now.
+    (decimal) from now. A bridge address (ws://, wss://) is refused: it
+    relays only its own grants.
 
 ${CONNECTION}
 

@@ -10,7 +10,7 @@
 import type { LockClient } from "../../mod.ts";
 import type { Connection } from "./args.ts";
 import { openClient } from "./connect.ts";
-import { credentialHint, EXIT, exitCodeOf, messageOf } from "./exit.ts";
+import { CommandError, credentialHint, EXIT, exitCodeOf, messageOf } from "./exit.ts";
 import type { AcquireArgs, ExtendArgs, ReleaseArgs } from "./parse.ts";
 
 /** Where a command writes: `out` is standard output, `err` standard error (one line each). */
@@ -30,6 +30,7 @@ export async function withClient(
 ): Promise<number> {
   let client: LockClient | undefined;
   try {
+    if (command in THROUGH_BRIDGE) refuseBridge(connection, command);
     client = await openClient(connection, command);
     return await fn(client);
   } catch (error) {
@@ -39,6 +40,29 @@ export async function withClient(
   } finally {
     await client?.close();
   }
+}
+
+/**
+ * Why `command` cannot go through a bridge (`ws://`, `wss://`): the bridge releases what a
+ * connection took when it closes, and relays a release or an extend only for the grants of
+ * that same connection (docs/security.md, "The bridge"), so a lock cannot outlive
+ * the command or pass between processes there.
+ */
+const THROUGH_BRIDGE: Record<string, string> = {
+  acquire: "its lock would be released when the command's connection closes",
+  release: "it relays a release only for the grants of the same connection",
+  extend: "it relays an extend only for the grants of the same connection",
+};
+
+/** Refuses (64) `command` when `connection` names a bridge address; see {@linkcode THROUGH_BRIDGE}. */
+function refuseBridge(connection: Connection, command: string): void {
+  const bridge = connection.servers.find((server) => /^wss?:\/\//i.test(server.trim()));
+  if (bridge === undefined) return;
+  throw new CommandError(
+    `needs lockd's own addresses (host:port, tls://), not the bridge ` +
+      `${JSON.stringify(bridge)}: ${THROUGH_BRIDGE[command]}; use lockd run to hold a lock ` +
+      "through a bridge",
+  );
 }
 
 /** `lockd acquire KEY`: prints the token; the lock stays held after the exit. */
