@@ -3,7 +3,8 @@
  * connection is, and, when the server requires credentials, whether it may go on. With
  * auth on, anything but a valid hello as the first line gets `E authentication required`
  * and the connection closes; a wrong credential gets one `E authentication failed`, after a
- * delay that grows with the failures from that address, and the connection closes. The
+ * delay that grows with the failures from that address, and the connection closes (a hello
+ * with no credential gets the same answer at once: it guesses nothing). The
  * message never says which part was wrong, and nothing here logs a secret.
  *
  * @module
@@ -94,6 +95,15 @@ export function answerHello(
   let prefix = "";
   if (credentials !== undefined) {
     const given = hello.credential;
+    if (given === undefined) {
+      // Nothing to guess with, so nothing to slow down or count against the address: a
+      // client that was not given a credential learns so at once (docs/security.md).
+      ctx.log?.warn(`refused a hello from ${remote}: no credential`, {
+        event: "auth-refused",
+        remote,
+      });
+      return { kind: "close", reply: errorReply("HELLO", echo, AUTH_FAILED), delayMs: 0 };
+    }
     const lockedMs = ctx.throttle?.lockedFor(hostOf(remote), ctx.clock()) ?? 0;
     if (lockedMs > 0) {
       // Too many failures from this address: not checked, so parallel guesses gain nothing.
@@ -107,14 +117,12 @@ export function answerHello(
         delayMs: lockedMs,
       };
     }
-    const grant = given === undefined ? undefined : credentials.verify(given.name, given.secret);
+    const grant = credentials.verify(given.name, given.secret);
     const host = hostOf(remote);
     if (grant === undefined) {
       const delayMs = ctx.throttle?.failed(host, ctx.clock()) ?? 0;
       // An unknown name is not quoted: it may be a secret sent in the name's place.
-      const why = given === undefined
-        ? "no credential"
-        : credentials.has(given.name)
+      const why = credentials.has(given.name)
         ? `wrong credential for ${given.name}`
         : "unknown credential name";
       ctx.log?.warn(`refused a hello from ${remote}: ${why}`, { event: "auth-refused", remote });

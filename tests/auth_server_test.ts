@@ -225,6 +225,25 @@ Deno.test("failed hellos from one address are answered slower and slower; a righ
   });
 });
 
+Deno.test("hellos with no credential are refused unthrottled: they guess nothing", async () => {
+  await withAuthServer(async ({ server }) => {
+    const mark = server.stderr().length;
+    // At once, as guesses on parallel connections would come.
+    const refusals = await Promise.all(
+      Array.from({ length: 6 }, () => refusedWith(server.port, [hello("w")])),
+    );
+    for (const rest of refusals) assert.deepEqual(rest, ["HELLO - E authentication failed"]);
+    await waitFor(
+      () => server.stderr().slice(mark).split(": no credential").length === 7,
+      "six refusals logged",
+    );
+    // Counted as failures, the fourth would be refused unchecked (locked out).
+    assert.doesNotMatch(server.stderr().slice(mark), /not checked/);
+    const c = await signedIn(server.port, ["billing", BILLING_SECRET]);
+    await c.close();
+  });
+});
+
 Deno.test("guesses sent on many connections at once are not checked in parallel", async () => {
   await withAuthServer(async ({ server }) => {
     for (let i = 0; i < 3; i++) {

@@ -297,6 +297,28 @@ Deno.test("answerHello() with auth", async (t) => {
     assert.equal(answerHello(ctx, `HELLO 1 - w billing ${SECRET}`, "10.0.0.1:4", false).kind, "ok");
     assert.equal(delay(wrong, "10.0.0.1:5"), 100);
   });
+  await t.step("refuses a hello with no credential at once, uncounted, even while locked", () => {
+    const ctx = authContext();
+    const wrong = `HELLO 1 - w billing wrong`;
+    for (let i = 0; i < 3; i++) answerHello(ctx, wrong, "10.0.0.1:1", false);
+    for (let i = 0; i < 3; i++) {
+      assert.deepEqual(answerHello(ctx, "HELLO 1 - w", "10.0.0.1:2", false), {
+        kind: "close",
+        reply: "HELLO - E authentication failed",
+        delayMs: 0,
+      });
+      assert.match(ctx.log.lines.at(-1)!, /: no credential$/);
+    }
+    const fresh = answerHello(ctx, wrong, "10.0.0.2:1", false);
+    assert.equal(fresh.kind === "close" && fresh.delayMs, 100, "nothing counted for 10.0.0.2");
+    answerHello(ctx, "HELLO 1 - w", "10.0.0.2:2", false);
+    const next = answerHello(ctx, wrong, "10.0.0.2:3", false);
+    assert.equal(
+      next.kind === "close" && next.delayMs,
+      200,
+      "the hello without one was not counted",
+    );
+  });
   await t.step("closes at once, without a delay, on a malformed hello", () => {
     const ctx = authContext();
     assert.deepEqual(answerHello(ctx, `HELLO 1 - w billing ${SECRET}\u0001`, "h:1", false), {
