@@ -88,6 +88,7 @@ export class AuthFile {
       if (this.#stamp !== "gone") {
         this.#log.error(
           `auth file ${this.#path}: ${describe(error)}; the credentials in force stay`,
+          { event: "auth-failed", path: this.#path },
         );
       }
       this.#stamp = "gone";
@@ -109,6 +110,7 @@ export class AuthFile {
     } catch (error) {
       this.#log.error(
         `auth file ${this.#path} not reloaded: ${describe(error)}; the credentials in force stay`,
+        { event: "auth-failed", path: this.#path },
       );
     }
   }

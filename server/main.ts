@@ -176,7 +176,11 @@ export async function main(args: string[]): Promise<number> {
         onError: (message) => log.warn(message, { event: "bridge" }),
       });
     } catch (error) {
-      const why = error instanceof Error ? error.message : String(error);
+      const why = error instanceof Deno.errors.AddrInUse
+        ? "the address is already in use; choose another --bridge"
+        : error instanceof Error
+        ? error.message
+        : String(error);
       log.error(`cannot serve the bridge on ${formatHostPort(config.bridge)}: ${why}`, {
         event: "fatal",
       });

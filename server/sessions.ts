@@ -135,6 +135,7 @@ export class Sessions {
       if (released > 0) {
         this.#options.log.info(
           `session ${session.slice(0, 8)} gone for its grace period: released ${released} lock(s)`,
+          { event: "session-expired", released },
         );
       }
     }

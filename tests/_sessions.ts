@@ -29,8 +29,9 @@ export async function arrival(
   return { reply: reply ?? "(end of stream)", at: performance.now() };
 }
 
-/** Every `session ... gone ... released N lock(s)` line a node logged so far. */
+/** Every `session ... gone ... released N lock(s)` line (`event=session-expired`) a node logged so far. */
 export function releasesLogged(node: { stderr(): string }): { session: string; count: number }[] {
-  const re = /session ([0-9a-f]{8}) gone for its grace period: released (\d+) lock\(s\)/g;
+  const re =
+    /session ([0-9a-f]{8}) gone for its grace period: released (\d+) lock\(s\) event=session-expired released=\2\b/g;
   return [...node.stderr().matchAll(re)].map((m) => ({ session: m[1], count: Number(m[2]) }));
 }
