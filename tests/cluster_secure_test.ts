@@ -273,3 +273,17 @@ Deno.test("a cluster with --peer-secret-file on one node only says so a few time
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("a TLS cluster without --tls-ca says why its peer handshakes fail", async () => {
+  const pki = await testPki();
+  // The nodes' certificates come from a private CA that they are not told to trust.
+  const args = ["--tls-cert", pki.certFile, "--tls-key", pki.keyFile];
+  await Cluster.run(2, async (cluster) => {
+    const peer = cluster.at(1).address.replaceAll(".", "\\.");
+    await cluster.at(0).waitForLog(
+      new RegExp(
+        `TLS handshake with peer ${peer} failed: .*UnknownIssuer.*--tls-ca.*event=link-tls-failed`,
+      ),
+    );
+  }, { args, connect: (port) => LineClient.connectTls(port, [pki.caPem]) });
+});

@@ -117,12 +117,20 @@ export class PeerLink {
         // connectTls takes no signal: a dial that outlives the timeout is closed when done.
         const dialing = Deno.connectTls({ hostname, port, caCerts: tls.caCerts });
         dialing.then((late) => abort.signal.aborted && late.close(), () => {});
-        conn = await Promise.race([
-          dialing,
-          new Promise<never>((_, reject) => {
-            abort.signal.addEventListener("abort", () => reject(new Error("timed out")));
-          }),
-        ]);
+        const timedOut = new Promise<never>((_, reject) => {
+          abort.signal.addEventListener("abort", () => reject(new Error("timed out")));
+        });
+        timedOut.catch(() => {});
+        conn = await Promise.race([dialing, timedOut]);
+        // The handshake now, not at the first read, so that its failure is told with its
+        // reason (a certificate this node does not trust) rather than as a brief link.
+        try {
+          await Promise.race([(conn as Deno.TlsConn).handshake(), timedOut]);
+        } catch (error) {
+          conn.close();
+          if (!abort.signal.aborted) this.#logTls(error);
+          throw error;
+        }
       }
       if (this.#stopped) {
         conn.close();
@@ -255,6 +263,19 @@ export class PeerLink {
         `${LogLimit.more(held)}: the peer is restarting, or refuses this node's handshake ` +
         `(check --peer-secret-file and the TLS certificates on both)`,
       { event: "link-brief", peer, suppressed: held },
+    );
+  }
+
+  /** This node's TLS handshake with the peer failed: said once per {@linkcode BRIEF_LOG_MS}. */
+  #logTls(error: unknown): void {
+    const peer = this.address;
+    const held = this.#limit.pass("tls");
+    if (held === undefined) return;
+    const why = error instanceof Error ? error.message.split("\n")[0] : String(error);
+    this.#options.log.warn(
+      `TLS handshake with peer ${peer} failed${LogLimit.more(held)}: ${why} ` +
+        "(check that --tls-ca holds the CA that signed the peers' certificates)",
+      { event: "link-tls-failed", peer, suppressed: held },
     );
   }
 
