@@ -109,7 +109,7 @@ export class LockClient implements AsyncDisposable {
       }
       addresses.set(address.key, address);
     }
-    this.#options = resolveOptions(options, addresses.size);
+    this.#options = resolveOptions(options ?? {}, addresses.size);
     this.#addresses = [...addresses.keys()];
     const resolved = this.#options;
     for (const address of addresses.values()) {

@@ -17,7 +17,7 @@ import {
   PromiseReceiver,
   type Receiver,
 } from "./pending_replies.ts";
-import { after, Alarm, type CancelTimer, timers } from "./timer.ts";
+import { after, Alarm, type CancelTimer, weakTimers } from "./timer.ts";
 import type { Connect, Transport } from "./transport.ts";
 
 /** How early a look of the watch may come and still count its full interval, in ms. */
@@ -75,6 +75,7 @@ export class ManagedConnection {
   #outstanding = 0;
   /** Lines received so far, over all of its transports. */
   #received = 0;
+  #drops = 0;
   /**
    * Signs of life for the watch: lines received, and the moments silence starts to count
    * from (a connection opened, a request sent to an idle one). Counting them costs nothing
@@ -136,7 +137,7 @@ export class ManagedConnection {
     const transport = this.#transport;
     if (transport?.end === undefined || this.#outstanding === 0) return Promise.resolve();
     // Silence is expected now (the node answers, then closes): the watch must not cut it short.
-    timers.cancel(this.#watchAlarm);
+    weakTimers.cancel(this.#watchAlarm);
     const { connect, hello } = this.#options;
     const drain = this.#drain = new CloseDrain(transport, {
       address: this.address,
@@ -163,6 +164,11 @@ export class ManagedConnection {
   /** Why the last attempt failed or the connection was lost, if it did. */
   get lastError(): string | undefined {
     return this.#lastError;
+  }
+
+  /** How many times it was lost so far (compare two readings to see whether it dropped). */
+  get drops(): number {
+    return this.#drops;
   }
 
   /** How many lines arrived so far (compare two readings to see whether any arrived). */
@@ -256,7 +262,7 @@ export class ManagedConnection {
       // A connection keeps the process alive only while it has requests outstanding.
       transport.ref?.(true);
     }
-    if (!timers.scheduled(this.#watchAlarm)) this.#watch();
+    if (!weakTimers.scheduled(this.#watchAlarm)) this.#watch();
     // Pings, releases and extends are answered at once: their round trip bounds latency.
     // One at a time is timed (two clock readings), which under load is one per round trip.
     if (op !== "A" && this.#timed === undefined) {
@@ -362,7 +368,7 @@ export class ManagedConnection {
     // A fresh watch starts with a request sent to an idle connection: silence counts from now.
     this.#activitySeen = this.#activity;
     this.#lastHeard = now;
-    timers.schedule(this.#watchAlarm, now + this.#options.staleAfterMs / 3);
+    weakTimers.schedule(this.#watchAlarm, now + this.#options.staleAfterMs / 3);
   }
 
   #watchTick(): void {
@@ -385,7 +391,7 @@ export class ManagedConnection {
       return;
     }
     // The next look first: the probe, sent to a watched connection, must not restart it.
-    timers.schedule(this.#watchAlarm, now + probeMs);
+    weakTimers.schedule(this.#watchAlarm, now + probeMs);
     if (silentMs + LOOK_SLACK_MS >= probeMs) this.#ping();
   }
 
@@ -456,6 +462,7 @@ export class ManagedConnection {
     if (this.#transport !== transport) return;
     this.#transport = undefined;
     this.#ready = false;
+    this.#drops++;
     this.#failAll(this.#lastError);
     this.#scheduleReconnect();
     this.#options.lost();
@@ -482,7 +489,7 @@ export class ManagedConnection {
   }
 
   #failAll(detail: string | undefined): void {
-    timers.cancel(this.#watchAlarm);
+    weakTimers.cancel(this.#watchAlarm);
     this.#hello = undefined;
     this.#outstanding = 0;
     this.#timed = undefined;

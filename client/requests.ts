@@ -117,6 +117,7 @@ class AcquireRequest<L> extends Exchange implements TimerEntry, AcquireParams {
   /** What the deadline of the latest send looks at. */
   #connection: ManagedConnection | undefined;
   #received = 0;
+  #drops = 0;
   #send = 0;
   #onAbort: (() => void) | undefined;
 
@@ -169,6 +170,7 @@ class AcquireRequest<L> extends Exchange implements TimerEntry, AcquireParams {
       this.#send = ++this.#sends;
       this.#connection = connection;
       this.#received = connection.received;
+      this.#drops = connection.drops;
       timers.schedule(
         this,
         sentAt + left + REPLY_MARGIN_MS + 2 * this.#ctx.router.replyLatency,
@@ -181,13 +183,16 @@ class AcquireRequest<L> extends Exchange implements TimerEntry, AcquireParams {
    * The wait (plus a margin for the reply's trip) is over: a connection that answered
    * anything since the request went out is alive and the answer is T; one that stayed
    * silent is probed, and dropped if the probe goes unanswered, which moves the request to
-   * the next connection. @internal
+   * the next connection; one that dropped meanwhile leaves it to the retry loop. @internal
    */
   fire(): void {
     this.#ctx.track(this.#deadline(this.#connection!, this.#received, this.#send));
   }
 
   async #deadline(connection: ManagedConnection, received: number, send: number): Promise<void> {
+    // Lost with its connection: the retry loop sends it again (with a deadline of its own)
+    // or, past the wait, gives up as unavailable. Nothing says the key was busy.
+    if (connection.drops !== this.#drops) return;
     if (connection.up && connection.received === received) {
       const graceMs = Math.min(
         this.#ctx.options.staleConnectionMs,

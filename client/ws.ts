@@ -43,7 +43,9 @@ export function connectWebSocket(
       closed = true;
       signal.removeEventListener("abort", onAbort);
       if (open) handlers.closed();
-      else reject(new Error(`Cannot open WebSocket ${address.url}${why ? `: ${why}` : ""}`));
+      // Named by its key: the URL carries the client's id, which lets a bridge's caller act
+      // on this client's grants, so it stays out of messages.
+      else reject(new Error(`Cannot open WebSocket ${address.key}${why ? `: ${why}` : ""}`));
     };
     const onAbort = () => {
       socket.close();

@@ -101,3 +101,9 @@ Deno.test("LockClient refuses addresses that are not strings with a TypeError th
   const client = new LockClient(set("127.0.0.1:1"), { connectTimeoutMs: 50 });
   return client.close();
 });
+
+Deno.test("LockClient takes null options as none, as acquire() does", async () => {
+  // @ts-expect-error: what a JavaScript caller can pass
+  const client = new LockClient("127.0.0.1:1", null);
+  await client.close();
+});

@@ -3,16 +3,16 @@
  * docs/client.md): a grant that arrives after close() began, a try-lock behind the
  * client's own long acquire, a release on its oldest waiter's connection, waits whose reply
  * never comes or is held behind an earlier acquire, malformed replies, silent connections,
- * extend after a suspected loss, `lock.signal` when every connection drops, and `tls://`
- * nodes that drop.
+ * extend after a suspected loss, `lock.signal` when every connection drops, `tls://`
+ * nodes that drop, and a wait that ends while its node is gone.
  *
  * Op and resource sanitizers are on (deno.json): each test also checks that the client
  * leaves no timer, socket or pending op behind.
  */
 
 import assert from "node:assert/strict";
-import { LockError, LockLostError, LockTimeoutError } from "../mod.ts";
-import { type Connect, connectTransport } from "../mod.ts";
+import { LockError, LockLostError, LockTimeoutError, LockUnavailableError } from "../mod.ts";
+import { type Connect, connectTransport, LockClient } from "../mod.ts";
 import { FakeServer, lockServer, waitUntil } from "./_fake_server.ts";
 import { readyClient, rejection, within } from "./_fake_client.ts";
 
@@ -214,4 +214,47 @@ Deno.test("LockClient treats tls:// nodes as nodes, not as a bridge, when one of
   await waitUntil(() => pair.connected === 1, "the client to see node a gone");
   assert.equal(lock.signal.aborted, false, `still held: ${lock.signal.reason}`);
   await lock.release();
+});
+
+Deno.test("LockClient: a wait that ends while its node is gone is no timeout", async () => {
+  // The node drops every connection 50 ms after an acquire reaches it, and from then on a
+  // connection attempt hangs (its host is gone) until the client gives up on it.
+  let gone = false;
+  const open = new Set<() => void>();
+  const connect: Connect = async (_address, handlers, signal) => {
+    if (gone) {
+      await new Promise((_, reject) =>
+        signal.addEventListener("abort", () => reject(signal.reason))
+      );
+    }
+    let up = true;
+    const drop = () => {
+      if (!up) return;
+      up = false;
+      open.delete(drop);
+      handlers.closed();
+    };
+    open.add(drop);
+    return {
+      send(line) {
+        if (!up) return;
+        if (line === "?") queueMicrotask(() => up && handlers.line("? - E unknown op"));
+        else if (line.startsWith("HELLO ")) {
+          queueMicrotask(() => up && handlers.line(`HELLO ${line.split(" ")[2]} OK`));
+        } else if (line.startsWith("A ")) {
+          setTimeout(() => {
+            gone = true;
+            for (const d of [...open]) d();
+          }, 50);
+        }
+      },
+      close: drop,
+    };
+  };
+  await using client = new LockClient("node:1", { connect, connectTimeoutMs: 600 });
+  await waitUntil(() => client.connected === 2, "both connections up");
+  const error = await rejection(client.acquire("free", { wait: 0.3 }));
+  // Nothing answered: the key may well be free. The wait's deadline fell while the request
+  // waited for a connection (before: LockTimeoutError, "not granted within 0.3 s").
+  assert.ok(error instanceof LockUnavailableError, `${error}`);
 });

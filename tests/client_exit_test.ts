@@ -41,8 +41,15 @@ async function runScript(body: string, timeoutMs = 15_000) {
 Deno.test("a script that acquires, releases and never closes its client exits by itself", async () => {
   const server = await startServer();
   try {
+    // A connection with requests outstanding is watched every third of staleConnectionMs
+    // (here 20 s): that watch must not outlive them.
     const run = await runScript(`
-      const client = new LockClient(${JSON.stringify(server.address)});
+      const client = new LockClient(${
+      JSON.stringify(server.address)
+    }, { staleConnectionMs: 60_000 });
+      const unused = new LockClient(${
+      JSON.stringify(server.address)
+    }, { staleConnectionMs: 60_000 });
       const lock = await client.acquire("exit:k", { lease: 30 });
       await lock.release();
       const again = await client.tryAcquire("exit:k", { lease: 30 });

@@ -38,7 +38,7 @@ function connectWebSocket(address, handlers, signal) {
       closed = true;
       signal.removeEventListener("abort", onAbort);
       if (open) handlers.closed();
-      else reject(new Error(`Cannot open WebSocket ${address.url}${why ? `: ${why}` : ""}`));
+      else reject(new Error(`Cannot open WebSocket ${address.key}${why ? `: ${why}` : ""}`));
     };
     const onAbort = () => {
       socket.close();
@@ -1253,6 +1253,7 @@ var ManagedConnection = class {
   #outstanding = 0;
   /** Lines received so far, over all of its transports. */
   #received = 0;
+  #drops = 0;
   /**
    * Signs of life for the watch: lines received, and the moments silence starts to count
    * from (a connection opened, a request sent to an idle one). Counting them costs nothing
@@ -1309,7 +1310,7 @@ var ManagedConnection = class {
     this.#ready = false;
     const transport = this.#transport;
     if (transport?.end === void 0 || this.#outstanding === 0) return Promise.resolve();
-    timers.cancel(this.#watchAlarm);
+    weakTimers.cancel(this.#watchAlarm);
     const { connect, hello } = this.#options;
     const drain = this.#drain = new CloseDrain(transport, {
       address: this.address,
@@ -1333,6 +1334,10 @@ var ManagedConnection = class {
   /** Why the last attempt failed or the connection was lost, if it did. */
   get lastError() {
     return this.#lastError;
+  }
+  /** How many times it was lost so far (compare two readings to see whether it dropped). */
+  get drops() {
+    return this.#drops;
   }
   /** How many lines arrived so far (compare two readings to see whether any arrived). */
   get received() {
@@ -1412,7 +1417,7 @@ var ManagedConnection = class {
       this.#activity++;
       transport.ref?.(true);
     }
-    if (!timers.scheduled(this.#watchAlarm)) this.#watch();
+    if (!weakTimers.scheduled(this.#watchAlarm)) this.#watch();
     if (op !== "A" && this.#timed === void 0) {
       this.#timed = receiver;
       this.#timedAt = performance.now();
@@ -1510,7 +1515,7 @@ var ManagedConnection = class {
     const now = performance.now();
     this.#activitySeen = this.#activity;
     this.#lastHeard = now;
-    timers.schedule(this.#watchAlarm, now + this.#options.staleAfterMs / 3);
+    weakTimers.schedule(this.#watchAlarm, now + this.#options.staleAfterMs / 3);
   }
   #watchTick() {
     const transport = this.#transport;
@@ -1527,7 +1532,7 @@ var ManagedConnection = class {
       this.#dropFrozen(transport, `no reply for ${Math.round(silentMs)} ms`);
       return;
     }
-    timers.schedule(this.#watchAlarm, now + probeMs);
+    weakTimers.schedule(this.#watchAlarm, now + probeMs);
     if (silentMs + LOOK_SLACK_MS >= probeMs) this.#ping();
   }
   /** Closes `transport` (if still current) as frozen; it is reported lost, so its requests move on. */
@@ -1588,6 +1593,7 @@ var ManagedConnection = class {
     if (this.#transport !== transport) return;
     this.#transport = void 0;
     this.#ready = false;
+    this.#drops++;
     this.#failAll(this.#lastError);
     this.#scheduleReconnect();
     this.#options.lost();
@@ -1609,7 +1615,7 @@ var ManagedConnection = class {
     this.#failAll("client closed");
   }
   #failAll(detail) {
-    timers.cancel(this.#watchAlarm);
+    weakTimers.cancel(this.#watchAlarm);
     this.#hello = void 0;
     this.#outstanding = 0;
     this.#timed = void 0;
@@ -2066,6 +2072,7 @@ var AcquireRequest = class extends Exchange {
   /** What the deadline of the latest send looks at. */
   #connection;
   #received = 0;
+  #drops = 0;
   #send = 0;
   #onAbort;
   constructor(ctx, params, granted) {
@@ -2109,6 +2116,7 @@ var AcquireRequest = class extends Exchange {
       this.#send = ++this.#sends;
       this.#connection = connection;
       this.#received = connection.received;
+      this.#drops = connection.drops;
       timers.schedule(this, sentAt + left + REPLY_MARGIN_MS + 2 * this.#ctx.router.replyLatency);
     }
     return acquireLine(this.key, this.leaseMs, left, this.session);
@@ -2117,12 +2125,13 @@ var AcquireRequest = class extends Exchange {
    * The wait (plus a margin for the reply's trip) is over: a connection that answered
    * anything since the request went out is alive and the answer is T; one that stayed
    * silent is probed, and dropped if the probe goes unanswered, which moves the request to
-   * the next connection. @internal
+   * the next connection; one that dropped meanwhile leaves it to the retry loop. @internal
    */
   fire() {
     this.#ctx.track(this.#deadline(this.#connection, this.#received, this.#send));
   }
   async #deadline(connection, received, send) {
+    if (connection.drops !== this.#drops) return;
     if (connection.up && connection.received === received) {
       const graceMs = Math.min(this.#ctx.options.staleConnectionMs, PROBE_GRACE_MS + 4 * this.#ctx.router.replyLatency);
       if (!await connection.probe(graceMs)) return;
@@ -2402,7 +2411,7 @@ var LockClient = class {
       }
       addresses.set(address.key, address);
     }
-    this.#options = resolveOptions(options, addresses.size);
+    this.#options = resolveOptions(options ?? {}, addresses.size);
     this.#addresses = [
       ...addresses.keys()
     ];
