@@ -14,6 +14,7 @@ import {
   serveBridge,
   type ServeBridgeOptions,
 } from "../client/bridge.ts";
+import { serveLasting } from "../client/bridge/deno.ts";
 import { type Config, formatHostPort, type HostPort } from "./cli.ts";
 import { httpRoutes, type HttpRoutesOptions, type HttpSource, notFound } from "./http_routes.ts";
 import type { Logger } from "./log.ts";
@@ -37,6 +38,11 @@ export interface ServeHttpOptions extends HttpRoutesOptions {
   source: HttpSource;
   /** Serve HTTPS with this certificate chain and key (PEM). Default: plain HTTP. */
   tls?: { cert: string; key: string };
+  /**
+   * Told when the listener stopped accepting (out of file descriptors), and when it listens
+   * again (`recovered`).
+   */
+  report?: (message: string, recovered: boolean) => void;
 }
 
 /** The running HTTP endpoints. */
@@ -69,12 +75,12 @@ export function serveHttp(options: ServeHttpOptions): HttpServer {
     // A shared bridge serves no page of its own (--bridge-demo needs its own address).
     return routes(request) ?? notFound(request);
   };
-  const where = { ...asked, onListen: () => {} }; // No "Listening on" line: stdout is the ready line's.
-  let server: Deno.HttpServer<Deno.NetAddr>;
+  let server: ReturnType<typeof serveLasting>;
   try {
-    server = options.tls === undefined
-      ? Deno.serve(where, handler)
-      : Deno.serve({ ...where, cert: options.tls.cert, key: options.tls.key }, handler);
+    server = serveLasting(
+      { ...asked, tls: options.tls, report: options.report ?? (() => {}) },
+      handler,
+    );
   } catch (error) {
     const why = error instanceof Deno.errors.AddrInUse
       ? "the address is already in use; choose another --http"
@@ -113,6 +119,7 @@ export function startHttp(
 ): HttpServer | undefined {
   if (config.http === undefined) return undefined;
   const { security, log } = options;
+  let where = formatHostPort(config.http); // Its real port once listening.
   const token = config.authFile === undefined ? undefined : security.bridgeToken;
   if (config.authFile !== undefined && token === undefined) {
     log.warn(
@@ -121,17 +128,24 @@ export function startHttp(
       { event: "http-open" },
     );
   }
-  return serveHttp({
+  const http = serveHttp({
     hostname: config.http.hostname,
     port: config.http.port,
     source,
     tls: security.tls && { cert: security.tls.cert, key: security.tls.key },
     token,
+    report: (message, recovered) => {
+      const fields = { event: "http-listen" };
+      if (recovered) log.info(`--http on ${where}: ${message}`, fields);
+      else log.error(`--http on ${where}: ${message}`, fields);
+    },
     onError: (error) =>
       log.error(`--http: ${error instanceof Error ? error.message : String(error)}`, {
         event: "http-error",
       }),
   });
+  where = formatHostPort(http.addr);
+  return http;
 }
 
 /**

@@ -43,12 +43,18 @@ export interface StartOptions {
   listen?: string;
   /** Extra environment. */
   env?: Record<string, string>;
+  /** Run it with at most this many open file descriptors (`ulimit -n`, through `bash`). */
+  fdLimit?: number;
 }
 
 /** The command that runs `server/main.ts` with `args`: stdin closed, stdout and stderr piped. */
-function mainCommand(args: string[], env?: Record<string, string>): Deno.Command {
-  return new Deno.Command(Deno.execPath(), {
-    args: ["run", "-A", MAIN, ...args],
+function mainCommand(args: string[], env?: Record<string, string>, fdLimit?: number): Deno.Command {
+  const run = [Deno.execPath(), "run", "-A", MAIN, ...args];
+  const [command, ...rest] = fdLimit === undefined
+    ? run
+    : ["bash", "-c", `ulimit -n ${fdLimit} && exec "$0" "$@"`, ...run];
+  return new Deno.Command(command, {
+    args: rest,
     env,
     stdin: "null",
     stdout: "piped",
@@ -57,8 +63,12 @@ function mainCommand(args: string[], env?: Record<string, string>): Deno.Command
 }
 
 /** Starts `server/main.ts` with `args` (stdin closed, stdout and stderr piped). */
-export function spawnMain(args: string[], env?: Record<string, string>): Deno.ChildProcess {
-  return mainCommand(args, env).spawn();
+export function spawnMain(
+  args: string[],
+  env?: Record<string, string>,
+  fdLimit?: number,
+): Deno.ChildProcess {
+  return mainCommand(args, env, fdLimit).spawn();
 }
 
 /** Runs `server/main.ts` with `args` and no expectations (for CLI tests). */
@@ -111,6 +121,7 @@ export async function startServer(options: StartOptions = {}): Promise<ServerPro
   const child = spawnMain(
     ["--listen", options.listen ?? "127.0.0.1:0", "--data-dir", dataDir, ...(options.args ?? [])],
     options.env,
+    options.fdLimit,
   );
   let errText = "";
   const errDone = (async () => {

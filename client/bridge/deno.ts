@@ -1,6 +1,11 @@
 /**
- * The Deno part of the bridge, its only use of `Deno.*`: the WebSocket upgrade, and
- * {@linkcode serveBridge}, a bridge on its own `Deno.serve` server.
+ * The Deno part of the bridge, its only use of `Deno.*`: the WebSocket upgrade,
+ * {@linkcode serveBridge}, a bridge on its own `Deno.serve` server, and
+ * {@linkcode serveLasting}, the `Deno.serve` under it and under `--http`. Deno's HTTP server
+ * stops for good, rejecting its `finished`, when accepting a connection fails (out of file
+ * descriptors: a flood of connections); unhandled, that rejection ends the whole process.
+ * `serveLasting` serves again on the same address once accepting works, so that a flood on an
+ * HTTP port costs that port a pause, never the node and its locks.
  *
  * @module
  */
@@ -40,7 +45,9 @@ export function denoUpgrade(request: Request): { socket: BridgeSocket; response:
 }
 
 /**
- * Runs a bridge on its own HTTP server (`Deno.serve`).
+ * Runs a bridge on its own HTTP server (`Deno.serve`). If accepting connections fails (out of
+ * file descriptors), the server listens again on the same address a second later, and says
+ * so through `onError`.
  *
  * @param options The handler's options, plus `hostname` and `port`.
  * @returns The running bridge: its address and `shutdown()`.
@@ -56,15 +63,15 @@ export function denoUpgrade(request: Request): { socket: BridgeSocket; response:
  */
 export function serveBridge(options: ServeBridgeOptions): BridgeServer {
   const handler = createHandler(options, options.upgradeWebSocket ?? denoUpgrade);
-  const where = {
+  const report = options.onError ?? ((message: string) => console.error(message));
+  // A failing accept (a flood of connections) stops Deno's server: it listens again.
+  const server = serveLasting({
     hostname: options.hostname ?? "127.0.0.1",
     port: options.port ?? 8080,
-    onListen: () => {},
-  };
-  const server = options.tls === undefined
-    ? Deno.serve(where, handler)
-    : Deno.serve({ ...where, cert: options.tls.cert, key: options.tls.key }, handler);
-  const addr = server.addr as { hostname: string; port: number };
+    tls: options.tls,
+    report: (message) => report(`lockd bridge: ${message}`),
+  }, handler);
+  const addr = server.addr;
   let stopped: Promise<void> | undefined;
   return {
     addr: { hostname: addr.hostname, port: addr.port },
@@ -76,4 +83,91 @@ export function serveBridge(options: ServeBridgeOptions): BridgeServer {
       return stopped;
     },
   };
+}
+
+/** How long to wait before listening again after the server stopped on an error (ms). */
+export const RELISTEN_MS = 1000;
+
+/** Where and how to listen: `Deno.serve`'s options, with TLS when `cert` and `key` are set. */
+export interface LastingServeOptions {
+  /** Interface to listen on. */
+  hostname: string;
+  /** Port; 0 picks a free one, kept when the server listens again. */
+  port: number;
+  /** Serve HTTPS with this certificate chain and key (PEM). */
+  tls?: { cert: string; key: string };
+  /**
+   * Told (in one line) when the server stopped on an error or cannot listen again
+   * (`recovered` false), and when it listens again (`recovered` true).
+   */
+  report(message: string, recovered: boolean): void;
+}
+
+/** A server started by {@linkcode serveLasting}. */
+export interface LastingServer {
+  /** Where it listens (the real port when 0 was asked). */
+  readonly addr: { hostname: string; port: number };
+  /** Stops it, and any listening again. */
+  shutdown(): Promise<void>;
+}
+
+/**
+ * Serves `handler` on `options`' address, listening again there {@linkcode RELISTEN_MS}
+ * after the server stopped on an error, until it can.
+ *
+ * @throws {Deno.errors.AddrInUse} (and `Deno.serve`'s other errors) If the first listen fails.
+ */
+export function serveLasting(
+  options: LastingServeOptions,
+  handler: (request: Request) => Response | Promise<Response>,
+): LastingServer {
+  const listen = (port: number) => {
+    const where = { hostname: options.hostname, port, onListen: () => {} };
+    const tls = options.tls;
+    return tls === undefined
+      ? Deno.serve(where, handler)
+      : Deno.serve({ ...where, cert: tls.cert, key: tls.key }, handler);
+  };
+  let server = listen(options.port);
+  const { hostname, port } = server.addr as Deno.NetAddr;
+  let stopping = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const watch = (current: Deno.HttpServer) => {
+    current.finished.catch((error) => {
+      if (stopping) return;
+      options.report(
+        `stopped accepting connections: ${messageOf(error)}; listening again`,
+        false,
+      );
+      relisten();
+    });
+  };
+  const relisten = () => {
+    timer = setTimeout(() => {
+      timer = undefined;
+      if (stopping) return;
+      try {
+        server = listen(port);
+      } catch (error) {
+        if (!(error instanceof Deno.errors.AddrInUse)) return relisten();
+        options.report(`cannot listen again: ${messageOf(error)}`, false);
+        return;
+      }
+      options.report("listening again", true);
+      watch(server);
+    }, RELISTEN_MS);
+  };
+  watch(server);
+  return {
+    addr: { hostname, port },
+    shutdown(): Promise<void> {
+      stopping = true;
+      clearTimeout(timer);
+      return server.shutdown().catch(() => {});
+    },
+  };
+}
+
+function messageOf(error: unknown): string {
+  return (error instanceof Error ? error.message : String(error)).split("\n")[0];
 }
