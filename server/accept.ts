@@ -47,7 +47,20 @@ export interface AcceptorOptions {
   refused?(): void;
   /** A connection sent a line over the length limit, answered `E line too long` (metrics). */
   tooLong?(): void;
+  /**
+   * Close a connection whose first line (a client's hello, a peer's handshake; over TLS, the
+   * handshake too) has not come within {@linkcode FIRST_LINE_MS}: with auth or TLS on, a
+   * socket that says nothing must not hold one of `maxConnections` for good.
+   */
+  firstLineDue?: boolean;
 }
+
+/**
+ * How long a connection may take to send its first line when `firstLineDue` (ms): ample for
+ * a client's hello after a slow TLS handshake, short enough that idle sockets opened to fill
+ * `--max-connections` are closed before they lock out clients for long.
+ */
+export const FIRST_LINE_MS = 10_000;
 
 /** Where a first line leads: its handler, and whether the line was for the routing only. */
 type Route = { handler: LineHandler; consumed: boolean } | null;
@@ -67,6 +80,11 @@ class FirstLine implements LineHandler {
 
   constructor(routing: Routing) {
     this.#routing = routing;
+  }
+
+  /** Whether its first line came (the connection is routed). */
+  get routed(): boolean {
+    return this.#target !== undefined;
   }
 
   line(text: string): void {
@@ -112,6 +130,8 @@ export class Acceptor implements Routing {
   #acceptFailures = new LogLimit(10_000);
   /** Failed TLS handshakes: one line every 10 s under a flood. */
   #tlsFailures = new LogLimit(10_000);
+  /** Connections closed without a first line: one line every 10 s under a flood. */
+  #silent = new LogLimit(10_000);
   /** The options of every client socket: one object for all (an idle socket stays small). */
   #socketOptions: LineSocketOptions;
 
@@ -229,6 +249,24 @@ export class Acceptor implements Routing {
     router.socket = socket;
     this.#clients.add(socket);
     if ("handshake" in conn) this.#watchHandshake(conn as Deno.TlsConn, remote);
+    if (this.#options.firstLineDue) this.#dueFirstLine(router, remote);
+  }
+
+  /** Closes `router`'s socket if its first line has not come within {@linkcode FIRST_LINE_MS}. */
+  #dueFirstLine(router: FirstLine, remote: string): void {
+    const socket = router.socket;
+    const timer = setTimeout(() => {
+      if (router.routed || this.#closed) return;
+      const held = this.#silent.pass("silent");
+      if (held !== undefined) {
+        this.#options.log.warn(
+          `closed ${remote}: no first line within ${FIRST_LINE_MS / 1000} s${LogLimit.more(held)}`,
+          { event: "drop", remote, reason: "no-first-line", suppressed: held },
+        );
+      }
+      socket.close();
+    }, FIRST_LINE_MS);
+    socket.done.finally(() => clearTimeout(timer));
   }
 
   /**

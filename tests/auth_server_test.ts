@@ -406,3 +406,22 @@ Deno.test("a secret is never taken from the command line", async () => {
   assert.equal(out.code, 1);
   assert.match(out.stderr, /\/nonexistent\/clients\.auth/);
 });
+
+Deno.test("with --auth-file, sockets that never say hello are closed and free their place", async () => {
+  await withAuthServer(async ({ server }) => {
+    // Three idle sockets fill --max-connections 3: a client with its credential is refused.
+    const idle = await Promise.all([0, 1, 2].map(() => LineClient.connect(server.port)));
+    try {
+      const refused = await LineClient.connect(server.port);
+      assert.deepEqual(await refused.closedByPeer(5000), ["- - E too many connections"]);
+      await refused.close();
+      // Each is closed once FIRST_LINE_MS (10 s) has passed without a first line.
+      for (const socket of idle) assert.deepEqual(await socket.closedByPeer(15_000), []);
+      assert.match(server.stderr(), /closed 127\.0\.0\.1:\d+: no first line within 10 s/);
+      const admin = await signedIn(server.port, ["admin", ADMIN_SECRET]);
+      await admin.close();
+    } finally {
+      for (const socket of idle) await socket.close();
+    }
+  }, ["--max-connections", "3"]);
+});

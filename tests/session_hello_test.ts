@@ -150,7 +150,7 @@ Deno.test("ClientSession with auth answers a wrong credential after the throttle
   const again = h.connect("10.0.0.7:1001");
   again.session.line(`HELLO 1 - w nobody ${SECRET}`);
   const elsewhere = h.connect("10.0.0.8:1000");
-  elsewhere.session.line("HELLO 1 - w");
+  elsewhere.session.line(`HELLO 1 - w billing ${SECRET}x`);
   assert.deepEqual(h.delayed.map((d) => d.ms), [200, 100]);
   for (const d of h.delayed.splice(0)) d.fn();
   assert.deepEqual(again.sink.take(), [`HELLO - E ${AUTH_FAILED}`]);
