@@ -58,20 +58,31 @@ const LATE: HelloOutcome = {
   reply: errorReply("HELLO", "-", HELLO_NOT_FIRST),
 };
 
-/** A hello that is not one: answered `reply`; with auth on, the connection then closes. */
-function malformed(credentials: Credentials | undefined, reply: string): HelloOutcome {
-  return credentials === undefined
-    ? { kind: "error", reply }
-    : { kind: "close", reply, delayMs: 0 };
+/**
+ * A hello that is not one (`why`, which quotes none of its fields): answered `reply`; with
+ * auth on, logged as a refused authentication and the connection then closes.
+ */
+function malformed(
+  ctx: HelloContext,
+  credentials: Credentials | undefined,
+  remote: string,
+  why: string,
+  reply: string,
+): HelloOutcome {
+  if (credentials === undefined) return { kind: "error", reply };
+  ctx.log?.warn(`refused a hello from ${remote}: ${why}`, { event: "auth-refused", remote });
+  return { kind: "close", reply, delayMs: 0 };
 }
 
 /**
  * Answers a hello line that is not valid UTF-8 as a malformed hello:
  * `HELLO - E line is not valid UTF-8`, echoing none of its fields (the session field might
- * be a secret); with auth on, the connection closes. `late`: as for {@linkcode answerHello}.
+ * be a secret); with auth on, it is logged and the connection closes. `late`: as for
+ * {@linkcode answerHello}.
  */
-export function answerInvalidHello(ctx: HelloContext, late: boolean): HelloOutcome {
-  return late ? LATE : malformed(ctx.credentials?.(), errorReply("HELLO", "-", NOT_UTF8));
+export function answerInvalidHello(ctx: HelloContext, remote: string, late: boolean): HelloOutcome {
+  if (late) return LATE;
+  return malformed(ctx, ctx.credentials?.(), remote, NOT_UTF8, errorReply("HELLO", "-", NOT_UTF8));
 }
 
 /**
@@ -90,7 +101,8 @@ export function answerHello(
   const echo = "-";
   if (late) return LATE;
   if ("kind" in hello) {
-    return malformed(credentials, errorReply(hello.op, hello.key, hello.message));
+    const reply = errorReply(hello.op, hello.key, hello.message);
+    return malformed(ctx, credentials, remote, `malformed hello (${hello.message})`, reply);
   }
   let prefix = "";
   if (credentials !== undefined) {

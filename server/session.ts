@@ -311,7 +311,9 @@ export class ClientSession implements LineHandler {
     if (this.#closed || this.#refused) return;
     const error = invalidLineError(text);
     if (isHello(text)) {
-      return this.#answerHello(answerInvalidHello(this.#helloContext(), this.#late()));
+      return this.#answerHello(
+        answerInvalidHello(this.#helloContext(), this.#sink.remote ?? "-", this.#late()),
+      );
     }
     if (this.#unauthenticated()) return this.#refuseUnauthenticated(error.op, error.key);
     this.#started = true;

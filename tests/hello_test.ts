@@ -326,6 +326,10 @@ Deno.test("answerHello() with auth", async (t) => {
       reply: "HELLO - E malformed credential",
       delayMs: 0,
     });
+    // Logged like any refused authentication, quoting none of its fields.
+    assert.deepEqual(ctx.log.lines, [
+      "warn refused a hello from h:1: malformed hello (malformed credential)",
+    ]);
   });
   await t.step("refuses a late hello without closing", () => {
     const ctx = authContext();
