@@ -47,6 +47,7 @@ export {
 export {
   AUTH_FAILED,
   AUTH_REQUIRED,
+  CREDENTIAL_REVOKED,
   echoId,
   errorReply,
   extendReply,

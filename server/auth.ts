@@ -41,6 +41,16 @@ const NAME = /^[A-Za-z0-9._@-]{1,64}$/;
 const SECRET = /^[\x21-\x7e]{1,256}$/;
 const HASHED = /^sha256:([0-9a-f]{64})$/;
 
+/** The digest of the secret each grant was made for: what {@linkcode Credentials.recheck} compares. */
+const ISSUED = new WeakMap<Grant, Uint8Array>();
+
+/** An entry of `name` with `digest`, its grant remembered as issued for that digest. */
+function entryOf(name: string, prefix: string, digest: Uint8Array): Entry {
+  const grant = { name, prefix: prefix === "*" ? "" : prefix };
+  ISSUED.set(grant, digest);
+  return { grant, digest };
+}
+
 function sha256(text: string): Uint8Array {
   return createHash("sha256").update(text, "utf8").digest();
 }
@@ -102,7 +112,7 @@ export class Credentials {
       const digest = hashed !== null
         ? Uint8Array.from(hashed[1].match(/../g)!, (h) => parseInt(h, 16))
         : sha256(secret);
-      entries.set(name, { grant: { name, prefix: prefix === "*" ? "" : prefix }, digest });
+      entries.set(name, entryOf(name, prefix, digest));
     }
     return new Credentials(entries);
   }
@@ -113,10 +123,7 @@ export class Credentials {
    */
   with(name: string, secret: string, prefix: string): Credentials {
     const entries = new Map(this.#entries);
-    entries.set(name, {
-      grant: { name, prefix: prefix === "*" ? "" : prefix },
-      digest: sha256(secret),
-    });
+    entries.set(name, entryOf(name, prefix, sha256(secret)));
     return new Credentials(entries);
   }
 
@@ -139,6 +146,19 @@ export class Credentials {
     const presented = sha256(secret);
     const ok = timingSafeEqual(presented, entry?.digest ?? this.#decoy);
     return ok && entry !== undefined ? entry.grant : undefined;
+  }
+
+  /**
+   * What `grant` (made by an earlier {@linkcode verify}, maybe of other credentials: an auth
+   * file reloaded since) may do under these credentials: the grant of the same name if its
+   * secret is unchanged (its prefix may be new), or `undefined` if that credential is gone
+   * or has another secret, so that a revoked or rotated credential stops working.
+   */
+  recheck(grant: Grant): Grant | undefined {
+    const entry = this.#entries.get(grant.name);
+    const issued = ISSUED.get(grant);
+    if (entry === undefined || issued === undefined) return undefined;
+    return timingSafeEqual(entry.digest, issued) ? entry.grant : undefined;
   }
 }
 

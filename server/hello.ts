@@ -18,7 +18,7 @@ import {
   NOT_UTF8,
   parseHello,
 } from "../client/codec.ts";
-import { type Credentials, hostOf, type Throttle } from "./auth.ts";
+import { type Credentials, type Grant, hostOf, type Throttle } from "./auth.ts";
 import type { Logger } from "./log.ts";
 
 /** Who a connection is, after its hello. */
@@ -29,6 +29,11 @@ export interface Identity {
   session: string | undefined;
   /** Every key it uses must start with this (`""`: any). */
   prefix: string;
+  /**
+   * With auth on, the credential it signed in with and the credentials that checked it:
+   * requests recheck it once the auth file was reloaded ({@linkcode Credentials.recheck}).
+   */
+  credential?: { grant: Grant; by: Credentials };
 }
 
 /** What answering a hello needs. */
@@ -105,6 +110,7 @@ export function answerHello(
     return malformed(ctx, credentials, remote, `malformed hello (${hello.message})`, reply);
   }
   let prefix = "";
+  let credential: Identity["credential"];
   if (credentials !== undefined) {
     const given = hello.credential;
     if (given === undefined) {
@@ -142,10 +148,13 @@ export function answerHello(
     }
     ctx.throttle?.succeeded(host);
     prefix = grant.prefix;
+    credential = { grant, by: credentials };
   }
+  const identity: Identity = { name: hello.name, session: hello.session, prefix };
+  if (credential !== undefined) identity.credential = credential;
   return {
     kind: "ok",
-    identity: { name: hello.name, session: hello.session, prefix },
+    identity,
     reply: helloOkReply(hello.session),
   };
 }

@@ -8,6 +8,7 @@
 
 import {
   AUTH_REQUIRED,
+  CREDENTIAL_REVOKED,
   errorReply,
   extendReply,
   grantReply,
@@ -192,6 +193,7 @@ export class ClientSession implements LineHandler {
       const [op, key] = text.split(" ", 2);
       return this.#refuseUnauthenticated(op || "-", key || "-");
     }
+    if (this.#identity?.credential !== undefined && this.#revoked(text)) return;
     this.#started = true;
     if (this.#ctx.inspect !== undefined && isInspection(text)) {
       return this.#inspect(text, this.#ctx.inspect);
@@ -323,6 +325,33 @@ export class ClientSession implements LineHandler {
   /** With auth on, no valid hello came: every line but a hello is refused. */
   #unauthenticated(): boolean {
     return this.#identity === undefined && this.#ctx.hello?.credentials?.() !== undefined;
+  }
+
+  /**
+   * Whether the credential this connection signed in with was removed or given another
+   * secret by an auth file reload (docs/security.md): the request `text` is then answered
+   * `E credential revoked` and the connection closes. A credential still valid keeps serving,
+   * under its prefix as reloaded.
+   */
+  #revoked(text: string): boolean {
+    const identity = this.#identity!;
+    const signed = identity.credential!;
+    const now = this.#ctx.hello?.credentials?.();
+    if (now === undefined || now === signed.by) return false;
+    const grant = now.recheck(signed.grant);
+    if (grant !== undefined) {
+      identity.credential = { grant, by: now };
+      identity.prefix = grant.prefix;
+      return false;
+    }
+    const [op, key] = text.split(" ", 2);
+    const remote = this.#sink.remote ?? "-";
+    this.#ctx.hello?.log?.warn(
+      `closed ${remote}: its credential ${signed.grant.name} was revoked or changed`,
+      { event: "auth-revoked", remote },
+    );
+    this.#refuse(errorReply(op || "-", key || "-", CREDENTIAL_REVOKED), 0);
+    return true;
   }
 
   /** Answers `<op> <key> E authentication required` and closes (auth on, no hello first). */

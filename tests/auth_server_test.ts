@@ -8,7 +8,7 @@
 
 import assert from "node:assert/strict";
 import { LockClient, LockRejectedError } from "../mod.ts";
-import { LineClient, type ServerProcess, startServer, waitFor } from "./_helpers.ts";
+import { grantOf, LineClient, type ServerProcess, startServer, waitFor } from "./_helpers.ts";
 
 const BILLING_SECRET = "billing-Secret-0f3a9c71e2";
 const ADMIN_SECRET = "admin-Secret-77d1b0a4c9";
@@ -424,4 +424,30 @@ Deno.test("with --auth-file, sockets that never say hello are closed and free th
       for (const socket of idle) await socket.close();
     }
   }, ["--max-connections", "3"]);
+});
+
+Deno.test("an auth file reload that revokes a credential closes its connections at their next request", async () => {
+  await withAuthServer(async ({ server, file }) => {
+    const billing = await signedIn(server.port, ["billing", BILLING_SECRET]);
+    const admin = await signedIn(server.port, ["admin", ADMIN_SECRET]);
+    try {
+      const token = grantOf((await billing.request("A billing:r 30 0"))!, "billing:r");
+      // billing is gone from the file (swapped in whole, as docs/security.md advises).
+      const next = `${file}.next`;
+      await Deno.writeTextFile(next, `admin\tsha256:${await sha256Hex(ADMIN_SECRET)}\t*\n`);
+      await Deno.rename(next, file);
+      await waitFor(() => /reloaded 1 credential/.test(server.stderr()), "the reload", 10_000);
+      assert.equal(
+        await billing.request(`R billing:r ${token}`),
+        "R billing:r E credential revoked",
+      );
+      assert.deepEqual(await billing.closedByPeer(), []);
+      assert.match(server.stderr(), /its credential billing was revoked or changed/);
+      // admin's credential is unchanged: it goes on, and sees the lock still held.
+      assert.match((await admin.request("I billing:r"))!, new RegExp(`^I billing:r I ${token} `));
+    } finally {
+      await billing.close();
+      await admin.close();
+    }
+  });
 });

@@ -237,11 +237,12 @@ Deno.test("answerHello() with auth", async (t) => {
   await t.step("accepts the right secret and grants its prefix", () => {
     const ctx = authContext();
     const line = `HELLO 1 ${SESSION} w-1 billing ${SECRET}`;
-    assert.deepEqual(answerHello(ctx, line, "10.0.0.1:5", false), {
-      kind: "ok",
-      identity: { name: "w-1", session: SESSION, prefix: "billing:" },
-      reply: `HELLO ${SESSION} OK`,
-    });
+    const outcome = answerHello(ctx, line, "10.0.0.1:5", false);
+    assert.ok(outcome.kind === "ok");
+    const { credential, ...identity } = outcome.identity;
+    assert.deepEqual(identity, { name: "w-1", session: SESSION, prefix: "billing:" });
+    assert.equal(outcome.reply, `HELLO ${SESSION} OK`);
+    assert.equal(credential?.grant.name, "billing", "the credential it signed in with");
     const admin = answerHello(ctx, `HELLO 1 - w-2 admin ${ODD_SECRET}`, "10.0.0.1:5", false);
     assert.equal(admin.kind === "ok" && admin.identity.prefix, "", "* is any key");
   });

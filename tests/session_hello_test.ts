@@ -8,7 +8,7 @@
  */
 
 import assert from "node:assert/strict";
-import { AUTH_FAILED, AUTH_REQUIRED, OUTSIDE_PREFIX } from "../client/codec.ts";
+import { AUTH_FAILED, AUTH_REQUIRED, CREDENTIAL_REVOKED, OUTSIDE_PREFIX } from "../client/codec.ts";
 import { Credentials, Throttle } from "../server/auth.ts";
 import { LockTable } from "../server/engine/lock_table.ts";
 import type { Logger } from "../server/log.ts";
@@ -57,6 +57,8 @@ interface Harness {
   now: number;
   /** Whether the server requires credentials. */
   auth: boolean;
+  /** The credentials in force (an auth file reload replaces them). */
+  credentials: Credentials;
   /** Answers delayed by `ctx.later`, not run yet. */
   delayed: { ms: number; fn: () => void }[];
   log: string[];
@@ -84,6 +86,7 @@ function harness(auth: boolean): Harness {
     grace: new SessionGrace(5000),
     now: 0,
     auth,
+    credentials: CREDENTIALS,
     delayed: [],
     log,
     connect(remote = "10.0.0.5:4000") {
@@ -98,7 +101,7 @@ function harness(auth: boolean): Harness {
       throw error;
     },
     hello: {
-      credentials: () => h.auth ? CREDENTIALS : undefined,
+      credentials: () => h.auth ? h.credentials : undefined,
       throttle: new Throttle(),
       clock: () => h.now,
       log: logger,
@@ -213,7 +216,8 @@ Deno.test("ClientSession with auth refuses a key outside the credential's prefix
   const { session, sink } = h.connect();
   session.line(`HELLO 1 ${SESSION} w billing ${SECRET}`);
   assert.deepEqual(sink.take(), [`HELLO ${SESSION} OK`]);
-  assert.deepEqual(session.identity, { name: "w", session: SESSION, prefix: "billing:" });
+  const { credential: _, ...identity } = session.identity!;
+  assert.deepEqual(identity, { name: "w", session: SESSION, prefix: "billing:" });
   session.line("A billing:1 30 0");
   session.line("A other 30 0");
   session.line("R other 1");
@@ -357,4 +361,39 @@ Deno.test("ClientSession attaches its session at hello and detaches it when clos
   b.session.closed(); // twice: counted once
   assert.equal(h.grace.live(SESSION), false);
   assert.equal(h.grace.nextDeadline(), 7500, "the grace counts on the hello context's clock");
+});
+
+Deno.test("ClientSession with auth: a reload that removes or changes its credential closes it at its next request", () => {
+  const h = harness(true);
+  const billing = h.connect("10.0.0.5:1");
+  billing.session.line(`HELLO 1 - w billing ${SECRET}`);
+  const admin = h.connect("10.0.0.5:2");
+  admin.session.line(`HELLO 1 - root admin ${ADMIN_SECRET}`);
+  billing.session.line("A billing:1 30 0");
+  assert.deepEqual(billing.sink.take(), ["HELLO - OK", "A billing:1 A 1"]);
+  admin.sink.take();
+
+  // Reloaded: admin's prefix narrowed, billing's secret rotated.
+  h.credentials = Credentials.parse(`billing ${SECRET}x billing:\nadmin ${ADMIN_SECRET} ops:\n`);
+  admin.session.line("A other 30 0");
+  admin.session.line("A ops:1 30 0");
+  assert.deepEqual(admin.sink.take(), [`A other E ${OUTSIDE_PREFIX}`, "A ops:1 A 2"]);
+  assert.equal(admin.sink.closes, 0, "an unchanged secret keeps its connection");
+
+  billing.session.line("R billing:1 1");
+  assert.deepEqual(billing.sink.take(), [`R billing:1 E ${CREDENTIAL_REVOKED}`]);
+  assert.equal(billing.sink.closes, 1);
+  assert.equal(h.table.holder("billing:1")?.token, 1n, "the request changed nothing");
+  billing.session.line("R billing:1 1");
+  assert.deepEqual(billing.sink.take(), [], "nothing more is answered");
+  assert.match(
+    h.log.at(-1)!,
+    /closed 10\.0\.0\.5:1: its credential billing was revoked or changed/,
+  );
+
+  // Removed altogether: the same.
+  h.credentials = Credentials.parse(`billing ${SECRET}x billing:\n`);
+  admin.session.line("I ops:1");
+  assert.deepEqual(admin.sink.take(), [`I ops:1 E ${CREDENTIAL_REVOKED}`]);
+  assert.equal(admin.sink.closes, 1);
 });

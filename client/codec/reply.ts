@@ -160,6 +160,11 @@ export const TOO_MANY_CONNECTIONS = "too many connections";
 export const AUTH_REQUIRED = "authentication required";
 /** `E` message of a hello whose credential is wrong (which part, it does not say). */
 export const AUTH_FAILED = "authentication failed";
+/**
+ * `E` message of a request on a connection whose credential an auth file reload removed or
+ * changed; the connection closes.
+ */
+export const CREDENTIAL_REVOKED = "credential revoked";
 /** `E` message of a request for a key outside the connection's credential prefix. */
 export const OUTSIDE_PREFIX = "key outside this credential's prefix";
 /** `E` message of a line that is not valid UTF-8. */

@@ -6,7 +6,12 @@
  * @module
  */
 
-import { AUTH_FAILED, AUTH_REQUIRED, OUTSIDE_PREFIX } from "../../client/codec.ts";
+import {
+  AUTH_FAILED,
+  AUTH_REQUIRED,
+  CREDENTIAL_REVOKED,
+  OUTSIDE_PREFIX,
+} from "../../client/codec.ts";
 import { LockRejectedError, LockTimeoutError, LockUnavailableError } from "../../client/errors.ts";
 
 /** The exit statuses of the subcommands (docs/cli.md). */
@@ -52,7 +57,7 @@ export class CommandError extends Error {
 }
 
 /** The server messages that mean "this credential may not do that". */
-const REFUSALS = new Set([AUTH_FAILED, AUTH_REQUIRED, OUTSIDE_PREFIX]);
+const REFUSALS = new Set([AUTH_FAILED, AUTH_REQUIRED, CREDENTIAL_REVOKED, OUTSIDE_PREFIX]);
 
 /** Whether a message (a `LockRejectedError`'s, or a status error) is a refused credential. */
 export function isRefusal(message: string): boolean {
