@@ -489,6 +489,7 @@ export class LockServer {
   }
 
   #fatal(error: Error | unknown): void {
+    if (this.#exitCode === 1) return; // Once: every request after may fail the same way.
     this.#log.error(`${error instanceof Error ? error.message : error}; stopping`, {
       event: "fatal",
     });

@@ -146,9 +146,12 @@ Deno.test("main grants the last token 2^64-1, then answers E and exits 1", async
       const client = await LineClient.connect(server.port);
       try {
         assert.equal(await client.request("A k1 60 0"), "A k1 A 18446744073709551615");
-        const reply = await client.request("A k2 60 0");
-        assert.match(reply ?? "", /^A k2 E \S/);
-        assert.match(reply!, /exhausted/);
+        // Three requests read at once: each is refused, and the node stops once.
+        await client.write("A k2 60 0\nA k3 60 0\nA k4 60 0\n");
+        const replies = await client.readLines(3);
+        for (const [i, reply] of replies.entries()) {
+          assert.match(reply, new RegExp(`^A k${i + 2} E \\S.*exhausted`));
+        }
         // The server stops on its own and closes the connection.
         assert.deepEqual(await client.closedByPeer(), []);
       } finally {
@@ -171,6 +174,8 @@ Deno.test("main grants the last token 2^64-1, then answers E and exits 1", async
     const code = await server.exited;
     assert.equal(code, 1, server.stderr());
     assert.match(server.stderr(), /exhausted/);
+    assert.equal(server.stderr().split("; stopping").length, 2, server.stderr());
+    assert.equal(server.stderr().split("stopped; token mark").length, 2, server.stderr());
     assert.equal(readMark(dataDir), `${MAX_TOKEN}\n`);
     // And it will not start again on that mark.
     const again = await runToExit(["--listen", "127.0.0.1:0", "--data-dir", dataDir]);
