@@ -17,7 +17,7 @@ import {
   PromiseReceiver,
   type Receiver,
 } from "./pending_replies.ts";
-import { after, Alarm, type CancelTimer, weakTimers } from "./timer.ts";
+import { after, Alarm, type CancelTimer, type TimerQueue, timers, weakTimers } from "./timer.ts";
 import type { Connect, Transport } from "./transport.ts";
 
 /** How early a look of the watch may come and still count its full interval, in ms. */
@@ -87,6 +87,8 @@ export class ManagedConnection {
   /** When the watch last saw a sign of life (an upper bound of the last one), ms. */
   #lastHeard = 0;
   #watchAlarm = new Alarm(() => this.#watchTick());
+  /** The watch's timers: weak if the transport refs itself while requests are out. */
+  #watchTimers: TimerQueue = weakTimers;
   /** The half-close of the last transport, when the client closed with acquires queued. */
   #drain: CloseDrain | undefined;
   /** The client's close began: no request goes out, no transport is opened. */
@@ -137,7 +139,7 @@ export class ManagedConnection {
     const transport = this.#transport;
     if (transport?.end === undefined || this.#outstanding === 0) return Promise.resolve();
     // Silence is expected now (the node answers, then closes): the watch must not cut it short.
-    weakTimers.cancel(this.#watchAlarm);
+    this.#watchTimers.cancel(this.#watchAlarm);
     const { connect, hello } = this.#options;
     const drain = this.#drain = new CloseDrain(transport, {
       address: this.address,
@@ -153,10 +155,7 @@ export class ManagedConnection {
     return this.#transport !== undefined && this.#ready;
   }
 
-  /**
-   * Why the server refused this client's hello the last time it answered one (`E
-   * authentication failed`, ...), or `undefined` once a hello was accepted.
-   */
+  /** Why the node refused this client's last hello (`E ...`); `undefined` once one passed. */
   get refusal(): string | undefined {
     return this.#refusal;
   }
@@ -262,7 +261,7 @@ export class ManagedConnection {
       // A connection keeps the process alive only while it has requests outstanding.
       transport.ref?.(true);
     }
-    if (!weakTimers.scheduled(this.#watchAlarm)) this.#watch();
+    if (!this.#watchTimers.scheduled(this.#watchAlarm)) this.#watch();
     // Pings, releases and extends are answered at once: their round trip bounds latency.
     // One at a time is timed (two clock readings), which under load is one per round trip.
     if (op !== "A" && this.#timed === undefined) {
@@ -303,6 +302,7 @@ export class ManagedConnection {
         return false;
       }
       this.#transport = transport;
+      this.#watchTimers = transport.ref === undefined ? timers : weakTimers;
       this.#activity++;
       this.#sayHello(transport);
       this.#ready = true;
@@ -368,7 +368,7 @@ export class ManagedConnection {
     // A fresh watch starts with a request sent to an idle connection: silence counts from now.
     this.#activitySeen = this.#activity;
     this.#lastHeard = now;
-    weakTimers.schedule(this.#watchAlarm, now + this.#options.staleAfterMs / 3);
+    this.#watchTimers.schedule(this.#watchAlarm, now + this.#options.staleAfterMs / 3);
   }
 
   #watchTick(): void {
@@ -391,7 +391,7 @@ export class ManagedConnection {
       return;
     }
     // The next look first: the probe, sent to a watched connection, must not restart it.
-    weakTimers.schedule(this.#watchAlarm, now + probeMs);
+    this.#watchTimers.schedule(this.#watchAlarm, now + probeMs);
     if (silentMs + LOOK_SLACK_MS >= probeMs) this.#ping();
   }
 
@@ -489,7 +489,7 @@ export class ManagedConnection {
   }
 
   #failAll(detail: string | undefined): void {
-    weakTimers.cancel(this.#watchAlarm);
+    this.#watchTimers.cancel(this.#watchAlarm);
     this.#hello = undefined;
     this.#outstanding = 0;
     this.#timed = undefined;

@@ -22,6 +22,10 @@ import type { Address } from "./address.ts";
  *       inner.send(line);
  *     },
  *     close: () => inner.close(),
+ *     // Passed on, so that requests outstanding keep the process alive and an idle
+ *     // client does not (and a close with acquires queued still half-closes).
+ *     end: inner.end && (() => inner.end!()),
+ *     ref: inner.ref && ((keep) => inner.ref!(keep)),
  *   };
  * }
  * ```
@@ -43,7 +47,10 @@ export interface Transport {
    * Whether the connection may keep the process alive (the socket's `ref()` and `unref()`
    * in Deno, Node.js and Bun). The client calls it with `true` while requests are
    * outstanding on the connection and `false` once none is, so an idle client never keeps
-   * a script from exiting. Optional: a transport without it keeps whatever its runtime does.
+   * a script from exiting. Optional: without it the client times its watch of outstanding
+   * requests with a timer that keeps the process alive. A transport that wraps another
+   * must pass it on when the inner one has it: the client's own TCP transport is unreferenced
+   * until this is called.
    */
   ref?(keep: boolean): void;
 }

@@ -99,6 +99,39 @@ Deno.test("a queued acquire keeps the script alive until it is answered", async 
   }
 });
 
+Deno.test("a queued acquire over a custom transport without ref keeps the script alive", async () => {
+  const server = await startServer();
+  try {
+    const { LineClient } = await import("./_helpers.ts");
+    const holder = await LineClient.connect(server.port);
+    const token = (await holder.request("A exit:c 30 0"))!.split(" ")[3];
+    // A wrapper that passes on send and close only; a wait of 0 has no deadline timer, and
+    // no top-level await holds the script: only the client can keep it alive.
+    const run = runScript(`
+      const { connectTransport } = await import(${JSON.stringify(MOD)});
+      const connect = async (address, handlers, signal) => {
+        const inner = await connectTransport(address, handlers, signal);
+        return { send: (line) => inner.send(line), close: () => inner.close() };
+      };
+      const client = new LockClient(${JSON.stringify(server.address)}, { connect });
+      client.acquire("exit:c", { lease: 30, wait: 0 }).then(async (lock) => {
+        console.log("granted");
+        await lock.release();
+        await client.close();
+      });
+    `);
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    assert.equal(await holder.request(`R exit:c ${token}`), "R exit:c R");
+    const done = await run;
+    await holder.close();
+    assert.equal(done.code, 0, done.stderr);
+    assert.equal(done.stdout.trim(), "granted");
+  } finally {
+    await server.stop();
+    await Deno.remove(server.dataDir, { recursive: true });
+  }
+});
+
 Deno.test("a node that answers everything but the hello does not keep the script alive", async () => {
   await using server = await FakeServer.start();
   server.answerHellos = false; // The hello reaches the handler, which never answers it.

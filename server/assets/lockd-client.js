@@ -1265,6 +1265,8 @@ var ManagedConnection = class {
   /** When the watch last saw a sign of life (an upper bound of the last one), ms. */
   #lastHeard = 0;
   #watchAlarm = new Alarm(() => this.#watchTick());
+  /** The watch's timers: weak if the transport refs itself while requests are out. */
+  #watchTimers = weakTimers;
   /** The half-close of the last transport, when the client closed with acquires queued. */
   #drain;
   /** The client's close began: no request goes out, no transport is opened. */
@@ -1310,7 +1312,7 @@ var ManagedConnection = class {
     this.#ready = false;
     const transport = this.#transport;
     if (transport?.end === void 0 || this.#outstanding === 0) return Promise.resolve();
-    weakTimers.cancel(this.#watchAlarm);
+    this.#watchTimers.cancel(this.#watchAlarm);
     const { connect, hello } = this.#options;
     const drain = this.#drain = new CloseDrain(transport, {
       address: this.address,
@@ -1324,10 +1326,7 @@ var ManagedConnection = class {
   get up() {
     return this.#transport !== void 0 && this.#ready;
   }
-  /**
-   * Why the server refused this client's hello the last time it answered one (`E
-   * authentication failed`, ...), or `undefined` once a hello was accepted.
-   */
+  /** Why the node refused this client's last hello (`E ...`); `undefined` once one passed. */
   get refusal() {
     return this.#refusal;
   }
@@ -1417,7 +1416,7 @@ var ManagedConnection = class {
       this.#activity++;
       transport.ref?.(true);
     }
-    if (!weakTimers.scheduled(this.#watchAlarm)) this.#watch();
+    if (!this.#watchTimers.scheduled(this.#watchAlarm)) this.#watch();
     if (op !== "A" && this.#timed === void 0) {
       this.#timed = receiver;
       this.#timedAt = performance.now();
@@ -1453,6 +1452,7 @@ var ManagedConnection = class {
         return false;
       }
       this.#transport = transport;
+      this.#watchTimers = transport.ref === void 0 ? timers : weakTimers;
       this.#activity++;
       this.#sayHello(transport);
       this.#ready = true;
@@ -1515,7 +1515,7 @@ var ManagedConnection = class {
     const now = performance.now();
     this.#activitySeen = this.#activity;
     this.#lastHeard = now;
-    weakTimers.schedule(this.#watchAlarm, now + this.#options.staleAfterMs / 3);
+    this.#watchTimers.schedule(this.#watchAlarm, now + this.#options.staleAfterMs / 3);
   }
   #watchTick() {
     const transport = this.#transport;
@@ -1532,7 +1532,7 @@ var ManagedConnection = class {
       this.#dropFrozen(transport, `no reply for ${Math.round(silentMs)} ms`);
       return;
     }
-    weakTimers.schedule(this.#watchAlarm, now + probeMs);
+    this.#watchTimers.schedule(this.#watchAlarm, now + probeMs);
     if (silentMs + LOOK_SLACK_MS >= probeMs) this.#ping();
   }
   /** Closes `transport` (if still current) as frozen; it is reported lost, so its requests move on. */
@@ -1615,7 +1615,7 @@ var ManagedConnection = class {
     this.#failAll("client closed");
   }
   #failAll(detail) {
-    weakTimers.cancel(this.#watchAlarm);
+    this.#watchTimers.cancel(this.#watchAlarm);
     this.#hello = void 0;
     this.#outstanding = 0;
     this.#timed = void 0;
