@@ -48,17 +48,17 @@ export interface AcceptorOptions {
   /** A connection sent a line over the length limit, answered `E line too long` (metrics). */
   tooLong?(): void;
   /**
-   * Close a connection whose first line (a client's hello, a peer's handshake; over TLS, the
-   * handshake too) has not come within {@linkcode FIRST_LINE_MS}: with auth or TLS on, a
-   * socket that says nothing must not hold one of `maxConnections` for good.
+   * Close a connection whose first line (a client's hello, a peer's handshake) has not come
+   * within {@linkcode FIRST_LINE_MS}: with auth on, a socket that says nothing must not hold
+   * one of `maxConnections` for good. (A TLS handshake always has that long.)
    */
   firstLineDue?: boolean;
 }
 
 /**
- * How long a connection may take to send its first line when `firstLineDue` (ms): ample for
- * a client's hello after a slow TLS handshake, short enough that idle sockets opened to fill
- * `--max-connections` are closed before they lock out clients for long.
+ * How long a TLS handshake may take, and a connection's first line when `firstLineDue` (ms):
+ * ample for a client's hello after a slow handshake, short enough that idle sockets opened to
+ * fill `--max-connections` are closed before they lock out clients for long.
  */
 export const FIRST_LINE_MS = 10_000;
 
@@ -75,6 +75,8 @@ interface Routing {
 class FirstLine implements LineHandler {
   /** Its socket (set right after the socket is made with this as its handler). */
   socket!: LineSocket;
+  /** The timer of its first line's deadline, until that line comes. */
+  deadline: ReturnType<typeof setTimeout> | undefined;
   #target: LineHandler | undefined;
   #routing: Routing;
 
@@ -89,6 +91,7 @@ class FirstLine implements LineHandler {
 
   line(text: string): void {
     if (this.#target === undefined) {
+      clearTimeout(this.deadline);
       const routed = this.#routing.route(text, this.socket);
       if (routed === null) return;
       this.#target = routed.handler;
@@ -99,6 +102,7 @@ class FirstLine implements LineHandler {
 
   invalid(text: string): void {
     if (this.#target === undefined) {
+      clearTimeout(this.deadline);
       const routed = this.#routing.route("", this.socket);
       if (routed === null) return;
       this.#target = routed.handler;
@@ -107,6 +111,7 @@ class FirstLine implements LineHandler {
   }
 
   closed(): void {
+    clearTimeout(this.deadline);
     this.#target?.closed();
     this.#routing.gone(this.socket);
   }
@@ -130,8 +135,8 @@ export class Acceptor implements Routing {
   #acceptFailures = new LogLimit(10_000);
   /** Failed TLS handshakes: one line every 10 s under a flood. */
   #tlsFailures = new LogLimit(10_000);
-  /** Connections closed without a first line: one line every 10 s under a flood. */
-  #silent = new LogLimit(10_000);
+  /** Connections closed for saying nothing in time: one line every 10 s under a flood. */
+  #silences = new LogLimit(10_000);
   /** The options of every client socket: one object for all (an idle socket stays small). */
   #socketOptions: LineSocketOptions;
 
@@ -248,35 +253,36 @@ export class Acceptor implements Routing {
     const socket = new LineSocket(conn, remote, router, this.#socketOptions);
     router.socket = socket;
     this.#clients.add(socket);
-    if ("handshake" in conn) this.#watchHandshake(conn as Deno.TlsConn, remote);
-    if (this.#options.firstLineDue) this.#dueFirstLine(router, remote);
+    if ("handshake" in conn) this.#watchHandshake(conn as Deno.TlsConn, socket);
+    if (this.#options.firstLineDue) {
+      router.deadline = setTimeout(this.#silent, FIRST_LINE_MS, socket, "no first line");
+    }
   }
 
-  /** Closes `router`'s socket if its first line has not come within {@linkcode FIRST_LINE_MS}. */
-  #dueFirstLine(router: FirstLine, remote: string): void {
-    const socket = router.socket;
-    const timer = setTimeout(() => {
-      if (router.routed || this.#closed) return;
-      const held = this.#silent.pass("silent");
-      if (held !== undefined) {
-        this.#options.log.warn(
-          `closed ${remote}: no first line within ${FIRST_LINE_MS / 1000} s${LogLimit.more(held)}`,
-          { event: "drop", remote, reason: "no-first-line", suppressed: held },
-        );
-      }
-      socket.close();
-    }, FIRST_LINE_MS);
-    socket.done.finally(() => clearTimeout(timer));
-  }
+  /** Closes `socket`, which said nothing (`what`) within {@linkcode FIRST_LINE_MS}. */
+  #silent = (socket: LineSocket, what: string): void => {
+    if (this.#closed) return;
+    const held = this.#silences.pass("silent");
+    if (held !== undefined) {
+      this.#options.log.warn(
+        `closed ${socket.remote}: ${what} within ${FIRST_LINE_MS / 1000} s${LogLimit.more(held)}`,
+        { event: "drop", remote: socket.remote, reason: "silent", suppressed: held },
+      );
+    }
+    socket.close();
+  };
 
   /**
    * Warns when a TLS handshake fails for a TLS reason (an alert from a client that does not
    * trust this node's certificate, plain text on the TLS port), at most one line every 10 s;
    * a connection closed or reset before its handshake (a TCP health check) stays a debug
-   * line of the socket's.
+   * line of the socket's. A handshake not done within {@linkcode FIRST_LINE_MS} closes it.
    */
-  #watchHandshake(conn: Deno.TlsConn, remote: string): void {
-    conn.handshake().catch((error) => {
+  #watchHandshake(conn: Deno.TlsConn, socket: LineSocket): void {
+    const remote = socket.remote;
+    const deadline = setTimeout(this.#silent, FIRST_LINE_MS, socket, "no TLS handshake");
+    conn.handshake().then(() => clearTimeout(deadline), (error) => {
+      clearTimeout(deadline);
       if (this.#closed || !(error instanceof Deno.errors.InvalidData)) return;
       const held = this.#tlsFailures.pass("tls");
       if (held === undefined) return;

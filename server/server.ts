@@ -281,7 +281,7 @@ export class LockServer {
       },
     }, {
       maxConnections: options.maxConnections ?? 10_000,
-      firstLineDue: options.credentials !== undefined || options.tls !== undefined,
+      firstLineDue: options.credentials !== undefined,
       batch: this.#batch,
       log,
       // Sync replication: a client's replies wait for the standbys' acknowledgement.

@@ -374,3 +374,30 @@ Deno.test("a certificate and key given the wrong way round are named with their 
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("a TLS socket with no handshake within 10 s gives its place back; one that did it may stay quiet", async () => {
+  const pki = await testPki();
+  await withServer([...tlsArgs(pki), "--max-connections", "3"], async (server) => {
+    const quiet = await LineClient.connectTls(server.port, [pki.caPem]);
+    // Plain TCP on the TLS port, never starting TLS: the other two places.
+    const silent = [await LineClient.connect(server.port), await LineClient.connect(server.port)];
+    try {
+      // One line for both (one every 10 s); the two timers end within moments of each other.
+      await logged(server, /closed 127\.0\.0\.1:\d+: no TLS handshake within 10 s/, 15_000);
+      // Their places are free again (Deno keeps such a socket itself until its peer closes).
+      let reply: string | null = null;
+      for (let i = 0; i < 20 && reply === null; i++) {
+        const next = await LineClient.connectTls(server.port, [pki.caPem]);
+        reply = await next.request("A tls:next 10 0", 1000).catch(() => null);
+        await next.close();
+        if (reply === null) await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      assert.match(reply ?? "(refused)", /^A tls:next A \d+$/);
+      // Without auth a connection may wait before its first line (SPEC §7: as in §2).
+      assert.match((await quiet.request("A tls:quiet 10 0"))!, /^A tls:quiet A \d+$/);
+    } finally {
+      for (const socket of silent) await socket.close();
+      await quiet.close();
+    }
+  });
+});
