@@ -87,6 +87,12 @@ export function serveBridge(options: ServeBridgeOptions): BridgeServer {
 
 /** How long to wait before listening again after the server stopped on an error (ms). */
 export const RELISTEN_MS = 1000;
+/** The longest wait before listening again (ms): the wait doubles while stops keep coming. */
+const MAX_RELISTEN_MS = 30_000;
+/** A listen that lasted this long (ms) was not part of the same flood: the wait starts over. */
+const STABLE_MS = 60_000;
+/** At most one line about stops per this long (ms), counting the others. */
+const REPORT_EVERY_MS = 10_000;
 
 /** Where and how to listen: `Deno.serve`'s options, with TLS when `cert` and `key` are set. */
 export interface LastingServeOptions {
@@ -98,7 +104,8 @@ export interface LastingServeOptions {
   tls?: { cert: string; key: string };
   /**
    * Told (in one line) when the server stopped on an error or cannot listen again
-   * (`recovered` false), and when it listens again (`recovered` true).
+   * (`recovered` false: at most one line every 10 s, counting the others), and when it
+   * listens again after a stop it was told of (`recovered` true).
    */
   report(message: string, recovered: boolean): void;
 }
@@ -107,13 +114,14 @@ export interface LastingServeOptions {
 export interface LastingServer {
   /** Where it listens (the real port when 0 was asked). */
   readonly addr: { hostname: string; port: number };
-  /** Stops it, and any listening again. */
+  /** Stops it, any listening again, and the stopped servers' connections still open. */
   shutdown(): Promise<void>;
 }
 
 /**
- * Serves `handler` on `options`' address, listening again there {@linkcode RELISTEN_MS}
- * after the server stopped on an error, until it can.
+ * Serves `handler` on `options`' address, listening again there after the server stopped on
+ * an error: {@linkcode RELISTEN_MS} later, doubling up to 30 s while it keeps stopping within
+ * a minute of listening (a flood that goes on holds the file descriptors).
  *
  * @throws {Deno.errors.AddrInUse} (and `Deno.serve`'s other errors) If the first listen fails.
  */
@@ -130,19 +138,37 @@ export function serveLasting(
   };
   let server = listen(options.port);
   const { hostname, port } = server.addr as Deno.NetAddr;
+  // A stopped server still serves the connections it had: shut down with the rest.
+  const stopped: Deno.HttpServer[] = [];
+  let listenedAt = performance.now();
+  let waitMs = RELISTEN_MS;
+  let reportedAt = -Infinity;
+  let held = 0;
+  let owed = false;
   let stopping = false;
   let timer: ReturnType<typeof setTimeout> | undefined;
+  const trouble = (message: string) => {
+    const now = performance.now();
+    if (now - reportedAt < REPORT_EVERY_MS) return void held++;
+    const more = held > 0 ? ` (${held} more since the last line)` : "";
+    options.report(message + more, false);
+    reportedAt = now;
+    held = 0;
+    owed = true;
+  };
   const watch = (current: Deno.HttpServer) => {
     current.finished.catch((error) => {
       if (stopping) return;
-      options.report(
-        `stopped accepting connections: ${messageOf(error)}; listening again`,
-        false,
-      );
+      stopped.push(current);
+      const now = performance.now();
+      if (now - listenedAt >= STABLE_MS) waitMs = RELISTEN_MS;
+      trouble(`stopped accepting connections: ${messageOf(error)}; listening again`);
       relisten();
     });
   };
   const relisten = () => {
+    const wait = waitMs;
+    waitMs = Math.min(waitMs * 2, MAX_RELISTEN_MS);
     timer = setTimeout(() => {
       timer = undefined;
       if (stopping) return;
@@ -150,20 +176,22 @@ export function serveLasting(
         server = listen(port);
       } catch (error) {
         if (!(error instanceof Deno.errors.AddrInUse)) return relisten();
-        options.report(`cannot listen again: ${messageOf(error)}`, false);
+        trouble(`cannot listen again: ${messageOf(error)}`);
         return;
       }
-      options.report("listening again", true);
+      listenedAt = performance.now();
+      if (owed) options.report("listening again", true);
+      owed = false;
       watch(server);
-    }, RELISTEN_MS);
+    }, wait);
   };
   watch(server);
   return {
     addr: { hostname, port },
-    shutdown(): Promise<void> {
+    async shutdown(): Promise<void> {
       stopping = true;
       clearTimeout(timer);
-      return server.shutdown().catch(() => {});
+      await Promise.all([server, ...stopped].map((s) => s.shutdown().catch(() => {})));
     },
   };
 }

@@ -59,6 +59,8 @@ export class PeerLink {
   #pending: LineSocket | undefined;
   #timer: ReturnType<typeof setTimeout> | undefined;
   #dialing = false;
+  /** Aborts the dial in progress (its connect, its TLS handshake): on stop(). */
+  #dialAbort: AbortController | undefined;
   #stopped = false;
   /** Logs the current link as up once it has lasted {@linkcode BRIEF_MS}. */
   #upTimer: ReturnType<typeof setTimeout> | undefined;
@@ -94,6 +96,7 @@ export class PeerLink {
   /** Closes the link for good, after writing what is queued. */
   async stop(): Promise<void> {
     this.#stopped = true;
+    this.#dialAbort?.abort();
     clearTimeout(this.#timer);
     clearTimeout(this.#upTimer);
     this.#pending?.close();
@@ -106,7 +109,7 @@ export class PeerLink {
   async #dial(): Promise<void> {
     if (this.#stopped || this.#dialing || this.up) return;
     this.#dialing = true;
-    const abort = new AbortController();
+    const abort = this.#dialAbort = new AbortController();
     const timer = setTimeout(() => abort.abort(), this.#options.connectTimeoutMs);
     try {
       const { hostname, port } = this.#target;
@@ -128,7 +131,7 @@ export class PeerLink {
           await Promise.race([(conn as Deno.TlsConn).handshake(), timedOut]);
         } catch (error) {
           conn.close();
-          if (!abort.signal.aborted) this.#logTls(error);
+          if (!abort.signal.aborted && !this.#stopped) this.#logTls(error);
           throw error;
         }
       }
@@ -143,6 +146,7 @@ export class PeerLink {
     } finally {
       clearTimeout(timer);
       this.#dialing = false;
+      this.#dialAbort = undefined;
     }
   }
 
@@ -266,8 +270,13 @@ export class PeerLink {
     );
   }
 
-  /** This node's TLS handshake with the peer failed: said once per {@linkcode BRIEF_LOG_MS}. */
+  /**
+   * This node's TLS handshake with the peer failed for a TLS reason (`InvalidData`: a
+   * certificate it does not trust): said once per {@linkcode BRIEF_LOG_MS}. A peer that
+   * closed or reset meanwhile is restarting: only retried, as a refused connect is.
+   */
   #logTls(error: unknown): void {
+    if (!(error instanceof Deno.errors.InvalidData)) return;
     const peer = this.address;
     const held = this.#limit.pass("tls");
     if (held === undefined) return;
