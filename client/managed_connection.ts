@@ -110,10 +110,7 @@ export class ManagedConnection {
 
   #onClientClosed = () => this.#shutdown();
 
-  /**
-   * Whether nothing uses this connection: it is down, not connecting and has no request
-   * outstanding (a connection to a node an `M` once named that is gone may then be retired).
-   */
+  /** Down, not connecting, nothing outstanding: unused (an `M`-named one may be retired). */
   get dormant(): boolean {
     return !this.up && this.#connecting === undefined && this.#outstanding === 0 &&
       this.#drain === undefined;
@@ -127,11 +124,10 @@ export class ManagedConnection {
   }
 
   /**
-   * The first step of the client's close (client/close_drain.ts): with requests outstanding
-   * here (an acquire queued, a release on its way), stops using the connection, half-closes
-   * it and reads it to its end: replies still reach their requests, and grants are released
-   * on a fresh connection. What is left outstanding fails at the close's abort. Resolves at
-   * once when nothing is outstanding here.
+   * The close's first step (client/close_drain.ts): with requests outstanding (an acquire
+   * queued, a release on its way), half-closes and reads to the end; replies still reach
+   * their requests, grants are released on a fresh connection, the rest fails at the close's
+   * abort. Resolves at once when nothing is outstanding.
    */
   drain(): Promise<void> {
     this.#closing = true;
@@ -427,7 +423,7 @@ export class ManagedConnection {
       if (reply.status === "E") this.#lastError = reply.text;
       return;
     }
-    if (--this.#outstanding === 0) this.#transport?.ref?.(false);
+    if (--this.#outstanding === 0) this.#idle();
     if (receiver === this.#timed) {
       this.#timed = undefined;
       this.#options.roundTrip(performance.now() - this.#timedAt);
@@ -436,12 +432,16 @@ export class ManagedConnection {
     else receiver.replied(reply);
   }
 
+  /** Nothing outstanding: the connection, and a strong watch, may let the process exit. */
+  #idle(): void {
+    this.#transport?.ref?.(false);
+    if (this.#watchTimers === timers) timers.cancel(this.#watchAlarm);
+  }
+
   /**
-   * Whether silence may be a refusal on its way: a wrong credential is answered after a delay
-   * of up to {@linkcode MAX_REFUSAL_DELAY_MS}, and nothing after it meanwhile. Only while a
-   * hello with a credential is unanswered and none was ever accepted here: a node that froze
-   * (its kernel still accepts connections) must not hold a long-known client's requests 5 s
-   * longer.
+   * Whether silence may be a refusal on its way (a wrong credential is answered after up to
+   * {@linkcode MAX_REFUSAL_DELAY_MS}): only while a credential's hello is unanswered and none
+   * was ever accepted here, so a frozen node does not hold a known client's requests longer.
    */
   #refusalMayBeLate(): boolean {
     return this.#hello !== undefined && this.#options.hello?.credential === true &&
@@ -454,7 +454,7 @@ export class ManagedConnection {
     this.#hello = undefined;
     if (hello === undefined) return;
     if (this.#timed === hello) this.#timed = undefined;
-    if (--this.#outstanding === 0) this.#transport?.ref?.(false);
+    if (--this.#outstanding === 0) this.#idle();
     hello.lost(new ConnectionLost(this.address.key, "the hello was not answered"));
   }
 

@@ -261,7 +261,8 @@ export class Acceptor implements Routing {
 
   /** Closes `socket`, which said nothing (`what`) within {@linkcode FIRST_LINE_MS}. */
   #silent = (socket: LineSocket, what: string): void => {
-    if (this.#closed) return;
+    // Both deadlines (handshake, first line) can fall in one turn: one close, one count.
+    if (this.#closed || socket.closed) return;
     const held = this.#silences.pass("silent");
     if (held !== undefined) {
       this.#options.log.warn(

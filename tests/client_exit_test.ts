@@ -132,6 +132,33 @@ Deno.test("a queued acquire over a custom transport without ref keeps the script
   }
 });
 
+Deno.test("an idle client over a custom transport without ref lets the script exit", async () => {
+  const server = await startServer();
+  try {
+    // Its watch is a strong timer while requests are outstanding: cancelled once none is
+    // (here it would look again after 20 s).
+    const run = await runScript(`
+      const { connectTransport } = await import(${JSON.stringify(MOD)});
+      const connect = async (address, handlers, signal) => {
+        const inner = await connectTransport(address, handlers, signal);
+        return { send: (line) => inner.send(line), close: () => inner.close() };
+      };
+      const options = { connect, staleConnectionMs: 60_000 };
+      const client = new LockClient(${JSON.stringify(server.address)}, options);
+      const unused = new LockClient(${JSON.stringify(server.address)}, options);
+      const lock = await client.acquire("exit:i", { lease: 30 });
+      await lock.release();
+      console.log("done");
+    `);
+    assert.equal(run.code, 0, run.stderr);
+    assert.equal(run.stdout.trim(), "done");
+    assert.ok(run.ms < 10_000, `exited after ${run.ms} ms`);
+  } finally {
+    await server.stop();
+    await Deno.remove(server.dataDir, { recursive: true });
+  }
+});
+
 Deno.test("a node that answers everything but the hello does not keep the script alive", async () => {
   await using server = await FakeServer.start();
   server.answerHellos = false; // The hello reaches the handler, which never answers it.

@@ -93,6 +93,8 @@ const MAX_RELISTEN_MS = 30_000;
 const STABLE_MS = 60_000;
 /** At most one line about stops per this long (ms), counting the others. */
 const REPORT_EVERY_MS = 10_000;
+/** Stopped servers kept serving their connections; past this many, the oldest is shut down. */
+const MAX_STOPPED = 4;
 
 /** Where and how to listen: `Deno.serve`'s options, with TLS when `cert` and `key` are set. */
 export interface LastingServeOptions {
@@ -108,6 +110,18 @@ export interface LastingServeOptions {
    * listens again after a stop it was told of (`recovered` true).
    */
   report(message: string, recovered: boolean): void;
+  /** How to listen on `port` (tests); default `Deno.serve` with the options above. */
+  serve?(port: number): ServedLike;
+}
+
+/** The part of a `Deno.HttpServer` that {@linkcode serveLasting} uses. */
+export interface ServedLike {
+  /** Where it listens. */
+  readonly addr: Deno.Addr;
+  /** Settles when it stopped: rejected when accepting failed. */
+  readonly finished: Promise<void>;
+  /** Stops it, after the requests in flight. */
+  shutdown(): Promise<void>;
 }
 
 /** A server started by {@linkcode serveLasting}. */
@@ -121,7 +135,9 @@ export interface LastingServer {
 /**
  * Serves `handler` on `options`' address, listening again there after the server stopped on
  * an error: {@linkcode RELISTEN_MS} later, doubling up to 30 s while it keeps stopping within
- * a minute of listening (a flood that goes on holds the file descriptors).
+ * a minute of listening or cannot listen yet (a flood that goes on holds the file
+ * descriptors; the port taken meanwhile): it keeps trying until it listens or shuts down.
+ * The last few stopped servers keep serving the connections they had.
  *
  * @throws {Deno.errors.AddrInUse} (and `Deno.serve`'s other errors) If the first listen fails.
  */
@@ -129,17 +145,17 @@ export function serveLasting(
   options: LastingServeOptions,
   handler: (request: Request) => Response | Promise<Response>,
 ): LastingServer {
-  const listen = (port: number) => {
+  const listen = options.serve ?? ((port: number): ServedLike => {
     const where = { hostname: options.hostname, port, onListen: () => {} };
     const tls = options.tls;
     return tls === undefined
       ? Deno.serve(where, handler)
       : Deno.serve({ ...where, cert: tls.cert, key: tls.key }, handler);
-  };
+  });
   let server = listen(options.port);
   const { hostname, port } = server.addr as Deno.NetAddr;
   // A stopped server still serves the connections it had: shut down with the rest.
-  const stopped: Deno.HttpServer[] = [];
+  const stopped: ServedLike[] = [];
   let listenedAt = performance.now();
   let waitMs = RELISTEN_MS;
   let reportedAt = -Infinity;
@@ -156,10 +172,11 @@ export function serveLasting(
     held = 0;
     owed = true;
   };
-  const watch = (current: Deno.HttpServer) => {
+  const watch = (current: ServedLike) => {
     current.finished.catch((error) => {
       if (stopping) return;
       stopped.push(current);
+      if (stopped.length > MAX_STOPPED) stopped.shift()!.shutdown().catch(() => {});
       const now = performance.now();
       if (now - listenedAt >= STABLE_MS) waitMs = RELISTEN_MS;
       trouble(`stopped accepting connections: ${messageOf(error)}; listening again`);
@@ -175,9 +192,9 @@ export function serveLasting(
       try {
         server = listen(port);
       } catch (error) {
-        if (!(error instanceof Deno.errors.AddrInUse)) return relisten();
-        trouble(`cannot listen again: ${messageOf(error)}`);
-        return;
+        // Out of descriptors still, or the port taken meanwhile: try again, later each time.
+        trouble(`cannot listen again yet: ${messageOf(error)}; trying again`);
+        return relisten();
       }
       listenedAt = performance.now();
       if (owed) options.report("listening again", true);

@@ -1287,10 +1287,7 @@ var ManagedConnection = class {
     });
   }
   #onClientClosed = () => this.#shutdown();
-  /**
-   * Whether nothing uses this connection: it is down, not connecting and has no request
-   * outstanding (a connection to a node an `M` once named that is gone may then be retired).
-   */
+  /** Down, not connecting, nothing outstanding: unused (an `M`-named one may be retired). */
   get dormant() {
     return !this.up && this.#connecting === void 0 && this.#outstanding === 0 && this.#drain === void 0;
   }
@@ -1301,11 +1298,10 @@ var ManagedConnection = class {
     this.#shutdown();
   }
   /**
-   * The first step of the client's close (client/close_drain.ts): with requests outstanding
-   * here (an acquire queued, a release on its way), stops using the connection, half-closes
-   * it and reads it to its end: replies still reach their requests, and grants are released
-   * on a fresh connection. What is left outstanding fails at the close's abort. Resolves at
-   * once when nothing is outstanding here.
+   * The close's first step (client/close_drain.ts): with requests outstanding (an acquire
+   * queued, a release on its way), half-closes and reads to the end; replies still reach
+   * their requests, grants are released on a fresh connection, the rest fails at the close's
+   * abort. Resolves at once when nothing is outstanding.
    */
   drain() {
     this.#closing = true;
@@ -1562,7 +1558,7 @@ var ManagedConnection = class {
       if (reply.status === "E") this.#lastError = reply.text;
       return;
     }
-    if (--this.#outstanding === 0) this.#transport?.ref?.(false);
+    if (--this.#outstanding === 0) this.#idle();
     if (receiver === this.#timed) {
       this.#timed = void 0;
       this.#options.roundTrip(performance.now() - this.#timedAt);
@@ -1570,12 +1566,15 @@ var ManagedConnection = class {
     if (late) receiver.lost(new ConnectionLost(this.address.key, "client closed"));
     else receiver.replied(reply);
   }
+  /** Nothing outstanding: the connection, and a strong watch, may let the process exit. */
+  #idle() {
+    this.#transport?.ref?.(false);
+    if (this.#watchTimers === timers) timers.cancel(this.#watchAlarm);
+  }
   /**
-   * Whether silence may be a refusal on its way: a wrong credential is answered after a delay
-   * of up to {@linkcode MAX_REFUSAL_DELAY_MS}, and nothing after it meanwhile. Only while a
-   * hello with a credential is unanswered and none was ever accepted here: a node that froze
-   * (its kernel still accepts connections) must not hold a long-known client's requests 5 s
-   * longer.
+   * Whether silence may be a refusal on its way (a wrong credential is answered after up to
+   * {@linkcode MAX_REFUSAL_DELAY_MS}): only while a credential's hello is unanswered and none
+   * was ever accepted here, so a frozen node does not hold a known client's requests longer.
    */
   #refusalMayBeLate() {
     return this.#hello !== void 0 && this.#options.hello?.credential === true && !this.#helloAccepted;
@@ -1586,7 +1585,7 @@ var ManagedConnection = class {
     this.#hello = void 0;
     if (hello === void 0) return;
     if (this.#timed === hello) this.#timed = void 0;
-    if (--this.#outstanding === 0) this.#transport?.ref?.(false);
+    if (--this.#outstanding === 0) this.#idle();
     hello.lost(new ConnectionLost(this.address.key, "the hello was not answered"));
   }
   #lost(transport) {
