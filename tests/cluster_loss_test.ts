@@ -12,7 +12,7 @@
 
 import assert from "node:assert/strict";
 import { Cluster, type Member, withLine } from "./_cluster.ts";
-import { LineClient } from "./_helpers.ts";
+import { LineClient, waitFor } from "./_helpers.ts";
 
 const ACQUIRES = 3000;
 const KILL_AFTER = 500;
@@ -71,6 +71,18 @@ function syncPair(
     const [first, second] = cluster.members;
     await cluster.waitForOneActive();
     await second.waitForLog(/ > SNAPEND/, { timeoutMs: 5000 });
+    // In sync as the active sees it (the standby acknowledged its snapshot): a pause before
+    // that would leave the active with no standby in sync, answering unheld.
+    await waitFor(
+      async () => {
+        const status = await withLine(first, (c) => c.request("S -"));
+        const json = JSON.parse(status!.slice("S - S ".length));
+        return json.replication.inSync.includes(second.address);
+      },
+      "the standby in sync on the active",
+      5000,
+      20,
+    );
     await fn(cluster, first, second);
   }, { args: ["--replication", "sync"] });
 }
