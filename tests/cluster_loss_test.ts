@@ -63,6 +63,23 @@ async function lostOn(active: Member, granted: Map<string, bigint>): Promise<num
   }
 }
 
+/**
+ * Waits until `active` counts `standby` in sync (it acknowledged the snapshot): a pause or a
+ * kill before that would find the active with no standby in sync, answering unheld.
+ */
+async function inSyncOn(active: Member, standby: Member): Promise<void> {
+  await waitFor(
+    async () => {
+      const status = await withLine(active, (c) => c.request("S -"));
+      const json = JSON.parse(status!.slice("S - S ".length));
+      return json.replication.inSync.includes(standby.address);
+    },
+    "the standby in sync on the active",
+    5000,
+    20,
+  );
+}
+
 /** Two nodes in sync replication, the second in sync with the first (the active). */
 function syncPair(
   fn: (cluster: Cluster, first: Member, second: Member) => Promise<void>,
@@ -71,18 +88,7 @@ function syncPair(
     const [first, second] = cluster.members;
     await cluster.waitForOneActive();
     await second.waitForLog(/ > SNAPEND/, { timeoutMs: 5000 });
-    // In sync as the active sees it (the standby acknowledged its snapshot): a pause before
-    // that would leave the active with no standby in sync, answering unheld.
-    await waitFor(
-      async () => {
-        const status = await withLine(first, (c) => c.request("S -"));
-        const json = JSON.parse(status!.slice("S - S ".length));
-        return json.replication.inSync.includes(second.address);
-      },
-      "the standby in sync on the active",
-      5000,
-      20,
-    );
+    await inSyncOn(first, second);
     await fn(cluster, first, second);
   }, { args: ["--replication", "sync"] });
 }
@@ -94,6 +100,7 @@ for (const mode of ["async", "sync"] as const) {
       await cluster.waitForOneActive();
       // The standby is in sync: its snapshot arrived (LOCKD_TRACE logs the stream).
       await second.waitForLog(/ > SNAPEND/, { timeoutMs: 5000 });
+      await inSyncOn(first, second);
       const granted = await grantsBeforeKill(first);
       await first.exited;
       const promoted = await cluster.waitForOneActive({ not: [first], timeoutMs: 5000 });
