@@ -38,27 +38,43 @@ async function runScript(body: string, timeoutMs = 15_000) {
   };
 }
 
-Deno.test("a script that acquires, releases and never closes its client exits by itself", async () => {
+/** Script lines defining `connect`: the default transport wrapped, passing on no `ref`. */
+const WITHOUT_REF = `
+  const { connectTransport } = await import(${JSON.stringify(MOD)});
+  const connect = async (address, handlers, signal) => {
+    const inner = await connectTransport(address, handlers, signal);
+    return { send: (line) => inner.send(line), close: () => inner.close() };
+  };`;
+
+Deno.test("a script that acquires, releases and never closes its client exits by itself", async (t) => {
   const server = await startServer();
   try {
     // A connection with requests outstanding is watched every third of staleConnectionMs
-    // (here 20 s): that watch must not outlive them.
-    const run = await runScript(`
-      const client = new LockClient(${
-      JSON.stringify(server.address)
-    }, { staleConnectionMs: 60_000 });
-      const unused = new LockClient(${
-      JSON.stringify(server.address)
-    }, { staleConnectionMs: 60_000 });
-      const lock = await client.acquire("exit:k", { lease: 30 });
-      await lock.release();
-      const again = await client.tryAcquire("exit:k", { lease: 30 });
-      await again?.release();
-      console.log("done");
-    `);
-    assert.equal(run.code, 0, run.stderr);
-    assert.equal(run.stdout.trim(), "done");
-    assert.ok(run.ms < 10_000, `exited after ${run.ms} ms`);
+    // (here 20 s): that watch must not outlive them, on a transport with ref (a weak timer)
+    // or without (a strong one, cancelled once nothing is outstanding).
+    for (
+      const [name, prelude, connect] of [
+        ["the default transport", "", ""],
+        ["a custom transport without ref", WITHOUT_REF, "connect, "],
+      ]
+    ) {
+      await t.step(name, async () => {
+        const run = await runScript(`
+          ${prelude}
+          const options = { ${connect}staleConnectionMs: 60_000 };
+          const client = new LockClient(${JSON.stringify(server.address)}, options);
+          const unused = new LockClient(${JSON.stringify(server.address)}, options);
+          const lock = await client.acquire("exit:k", { lease: 30 });
+          await lock.release();
+          const again = await client.tryAcquire("exit:k", { lease: 30 });
+          await again?.release();
+          console.log("done");
+        `);
+        assert.equal(run.code, 0, run.stderr);
+        assert.equal(run.stdout.trim(), "done");
+        assert.ok(run.ms < 10_000, `exited after ${run.ms} ms`);
+      });
+    }
   } finally {
     await server.stop();
     await Deno.remove(server.dataDir, { recursive: true });
@@ -108,11 +124,7 @@ Deno.test("a queued acquire over a custom transport without ref keeps the script
     // A wrapper that passes on send and close only; a wait of 0 has no deadline timer, and
     // no top-level await holds the script: only the client can keep it alive.
     const run = runScript(`
-      const { connectTransport } = await import(${JSON.stringify(MOD)});
-      const connect = async (address, handlers, signal) => {
-        const inner = await connectTransport(address, handlers, signal);
-        return { send: (line) => inner.send(line), close: () => inner.close() };
-      };
+      ${WITHOUT_REF}
       const client = new LockClient(${JSON.stringify(server.address)}, { connect });
       client.acquire("exit:c", { lease: 30, wait: 0 }).then(async (lock) => {
         console.log("granted");
@@ -126,33 +138,6 @@ Deno.test("a queued acquire over a custom transport without ref keeps the script
     await holder.close();
     assert.equal(done.code, 0, done.stderr);
     assert.equal(done.stdout.trim(), "granted");
-  } finally {
-    await server.stop();
-    await Deno.remove(server.dataDir, { recursive: true });
-  }
-});
-
-Deno.test("an idle client over a custom transport without ref lets the script exit", async () => {
-  const server = await startServer();
-  try {
-    // Its watch is a strong timer while requests are outstanding: cancelled once none is
-    // (here it would look again after 20 s).
-    const run = await runScript(`
-      const { connectTransport } = await import(${JSON.stringify(MOD)});
-      const connect = async (address, handlers, signal) => {
-        const inner = await connectTransport(address, handlers, signal);
-        return { send: (line) => inner.send(line), close: () => inner.close() };
-      };
-      const options = { connect, staleConnectionMs: 60_000 };
-      const client = new LockClient(${JSON.stringify(server.address)}, options);
-      const unused = new LockClient(${JSON.stringify(server.address)}, options);
-      const lock = await client.acquire("exit:i", { lease: 30 });
-      await lock.release();
-      console.log("done");
-    `);
-    assert.equal(run.code, 0, run.stderr);
-    assert.equal(run.stdout.trim(), "done");
-    assert.ok(run.ms < 10_000, `exited after ${run.ms} ms`);
   } finally {
     await server.stop();
     await Deno.remove(server.dataDir, { recursive: true });
