@@ -84,11 +84,6 @@ class FirstLine implements LineHandler {
     this.#routing = routing;
   }
 
-  /** Whether its first line came (the connection is routed). */
-  get routed(): boolean {
-    return this.#target !== undefined;
-  }
-
   line(text: string): void {
     if (this.#target === undefined) {
       clearTimeout(this.deadline);

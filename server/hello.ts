@@ -57,6 +57,12 @@ export type HelloOutcome =
   /** Refused, the connection closes: send `reply` after `delayMs`, then close. */
   | { kind: "close"; reply: string; delayMs: number };
 
+/**
+ * A refused credential's answer. It never echoes the session field: it might be a secret
+ * sent in the wrong place.
+ */
+const FAILED = errorReply("HELLO", "-", AUTH_FAILED);
+
 /** A hello after other lines, or a second one: refused, the connection stays. */
 const LATE: HelloOutcome = {
   kind: "error",
@@ -75,8 +81,19 @@ function malformed(
   reply: string,
 ): HelloOutcome {
   if (credentials === undefined) return { kind: "error", reply };
+  return refused(ctx, remote, why, reply, 0);
+}
+
+/** Logs a refused hello from `remote` (`why`, never a secret); `reply` after `delayMs`, then close. */
+function refused(
+  ctx: HelloContext,
+  remote: string,
+  why: string,
+  reply: string,
+  delayMs: number,
+): HelloOutcome {
   ctx.log?.warn(`refused a hello from ${remote}: ${why}`, { event: "auth-refused", remote });
-  return { kind: "close", reply, delayMs: 0 };
+  return { kind: "close", reply, delayMs };
 }
 
 /**
@@ -102,8 +119,6 @@ export function answerHello(
 ): HelloOutcome {
   const credentials = ctx.credentials?.();
   const hello = parseHello(line);
-  // An error never echoes the session field: it might be a secret sent in the wrong place.
-  const echo = "-";
   if (late) return LATE;
   if ("kind" in hello) {
     const reply = errorReply(hello.op, hello.key, hello.message);
@@ -116,24 +131,12 @@ export function answerHello(
     if (given === undefined) {
       // Nothing to guess with, so nothing to slow down or count against the address: a
       // client that was not given a credential learns so at once (docs/security.md).
-      ctx.log?.warn(`refused a hello from ${remote}: no credential`, {
-        event: "auth-refused",
-        remote,
-      });
-      return { kind: "close", reply: errorReply("HELLO", echo, AUTH_FAILED), delayMs: 0 };
+      return refused(ctx, remote, "no credential", FAILED, 0);
     }
     const lockedMs = ctx.throttle?.lockedFor(hostOf(remote), ctx.clock()) ?? 0;
     if (lockedMs > 0) {
       // Too many failures from this address: not checked, so parallel guesses gain nothing.
-      ctx.log?.warn(`refused a hello from ${remote}: too many failures, not checked`, {
-        event: "auth-refused",
-        remote,
-      });
-      return {
-        kind: "close",
-        reply: errorReply("HELLO", echo, AUTH_FAILED),
-        delayMs: lockedMs,
-      };
+      return refused(ctx, remote, "too many failures, not checked", FAILED, lockedMs);
     }
     const grant = credentials.verify(given.name, given.secret);
     const host = hostOf(remote);
@@ -143,8 +146,7 @@ export function answerHello(
       const why = credentials.has(given.name)
         ? `wrong credential for ${given.name}`
         : "unknown credential name";
-      ctx.log?.warn(`refused a hello from ${remote}: ${why}`, { event: "auth-refused", remote });
-      return { kind: "close", reply: errorReply("HELLO", echo, AUTH_FAILED), delayMs };
+      return refused(ctx, remote, why, FAILED, delayMs);
     }
     ctx.throttle?.succeeded(host);
     prefix = grant.prefix;

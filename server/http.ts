@@ -28,6 +28,14 @@ export function sameAddress(a: HostPort, b: HostPort): boolean {
   return a.hostname === b.hostname && a.port === b.port;
 }
 
+/** Why listening failed, for a fatal message: an address in use names the flag to change. */
+export function listenFailure(error: unknown, flag: string): string {
+  if (error instanceof Deno.errors.AddrInUse) {
+    return `the address is already in use; choose another ${flag}`;
+  }
+  return error instanceof Error ? error.message : String(error);
+}
+
 /** Options of {@linkcode serveHttp}. */
 export interface ServeHttpOptions extends HttpRoutesOptions {
   /** Interface to listen on. */
@@ -82,12 +90,9 @@ export function serveHttp(options: ServeHttpOptions): HttpServer {
       handler,
     );
   } catch (error) {
-    const why = error instanceof Deno.errors.AddrInUse
-      ? "the address is already in use; choose another --http"
-      : error instanceof Error
-      ? error.message
-      : String(error);
-    throw new Error(`cannot serve --http on ${formatHostPort(asked)}: ${why}`);
+    throw new Error(
+      `cannot serve --http on ${formatHostPort(asked)}: ${listenFailure(error, "--http")}`,
+    );
   }
   const addr = { hostname: server.addr.hostname, port: server.addr.port };
   let stopped: Promise<void> | undefined;
@@ -119,7 +124,6 @@ export function startHttp(
 ): HttpServer | undefined {
   if (config.http === undefined) return undefined;
   const { security, log } = options;
-  let where = formatHostPort(config.http); // Its real port once listening.
   const token = config.authFile === undefined ? undefined : security.bridgeToken;
   if (config.authFile !== undefined && token === undefined) {
     log.warn(
@@ -135,16 +139,15 @@ export function startHttp(
     tls: security.tls && { cert: security.tls.cert, key: security.tls.key },
     token,
     report: (message, recovered) => {
-      const fields = { event: "http-listen" };
-      if (recovered) log.info(`--http on ${where}: ${message}`, fields);
-      else log.error(`--http on ${where}: ${message}`, fields);
+      const line = `--http on ${formatHostPort(http.addr)}: ${message}`;
+      if (recovered) log.info(line, { event: "http-listen" });
+      else log.error(line, { event: "http-listen" });
     },
     onError: (error) =>
       log.error(`--http: ${error instanceof Error ? error.message : String(error)}`, {
         event: "http-error",
       }),
   });
-  where = formatHostPort(http.addr);
   return http;
 }
 

@@ -15,7 +15,7 @@ import { LockServer } from "./server.ts";
 import { SIGUSR1_WARNING } from "./sigusr1.ts";
 import { lockd } from "./cmd/lockd.ts";
 import type { BridgeServer } from "../client/bridge.ts";
-import { type HttpServer, serveBridgeOn, startHttp } from "./http.ts";
+import { type HttpServer, listenFailure, serveBridgeOn, startHttp } from "./http.ts";
 import { TOKEN_LANES } from "./token_lanes.ts";
 import clientScript from "./assets/lockd-client.js" with { type: "text" };
 import demoPage from "./assets/demo.html" with { type: "text" };
@@ -176,11 +176,7 @@ export async function main(args: string[]): Promise<number> {
         onError: (message) => log.warn(message, { event: "bridge" }),
       });
     } catch (error) {
-      const why = error instanceof Deno.errors.AddrInUse
-        ? "the address is already in use; choose another --bridge"
-        : error instanceof Error
-        ? error.message
-        : String(error);
+      const why = listenFailure(error, "--bridge");
       log.error(`cannot serve the bridge on ${formatHostPort(config.bridge)}: ${why}`, {
         event: "fatal",
       });

@@ -345,23 +345,29 @@ export class ClientSession implements LineHandler {
       return false;
     }
     const [op, key] = text.split(" ", 2);
-    const remote = this.#sink.remote ?? "-";
-    this.#ctx.hello?.log?.warn(
-      `closed ${remote}: its credential ${signed.grant.name} was revoked or changed`,
-      { event: "auth-revoked", remote },
-    );
-    this.#refuse(errorReply(op || "-", key || "-", CREDENTIAL_REVOKED), 0);
+    const why = `its credential ${signed.grant.name} was revoked or changed`;
+    this.#closeWith(op || "-", key || "-", CREDENTIAL_REVOKED, "closed", why, "auth-revoked");
     return true;
   }
 
   /** Answers `<op> <key> E authentication required` and closes (auth on, no hello first). */
   #refuseUnauthenticated(op: string, key: string): void {
+    const why = "its first line was not a hello";
+    this.#closeWith(op, key, AUTH_REQUIRED, "refused", why, "auth-refused");
+  }
+
+  /** Logs `<done> <remote>: <why>` as `event`, answers `<op> <key> E <message>`, closes. */
+  #closeWith(
+    op: string,
+    key: string,
+    message: string,
+    done: string,
+    why: string,
+    event: string,
+  ): void {
     const remote = this.#sink.remote ?? "-";
-    this.#ctx.hello?.log?.warn(`refused ${remote}: its first line was not a hello`, {
-      event: "auth-refused",
-      remote,
-    });
-    this.#refuse(errorReply(op, key, AUTH_REQUIRED), 0);
+    this.#ctx.hello?.log?.warn(`${done} ${remote}: ${why}`, { event, remote });
+    this.#refuse(errorReply(op, key, message), 0);
   }
 
   /** Decides a queued acquire and sends every reply of its key that is now in order. */

@@ -280,7 +280,7 @@ export class PeerLink {
     const peer = this.address;
     const held = this.#limit.pass("tls");
     if (held === undefined) return;
-    const why = error instanceof Error ? error.message.split("\n")[0] : String(error);
+    const why = error.message.split("\n")[0];
     this.#options.log.warn(
       `TLS handshake with peer ${peer} failed${LogLimit.more(held)}: ${why} ` +
         "(check that --tls-ca holds the CA that signed the peers' certificates)",

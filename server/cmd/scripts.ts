@@ -7,6 +7,7 @@
  * @module
  */
 
+import { parseAddress } from "../../client/address.ts";
 import type { LockClient } from "../../mod.ts";
 import type { Connection } from "./args.ts";
 import { openClient } from "./connect.ts";
@@ -56,7 +57,14 @@ const THROUGH_BRIDGE: Record<string, string> = {
 
 /** Refuses (64) `command` when `connection` names a bridge address; see {@linkcode THROUGH_BRIDGE}. */
 function refuseBridge(connection: Connection, command: string): void {
-  const bridge = connection.servers.find((server) => /^wss?:\/\//i.test(server.trim()));
+  // An address it cannot parse is left for the client to refuse, with its reason.
+  const bridge = connection.servers.find((server) => {
+    try {
+      return parseAddress(server).url !== undefined;
+    } catch {
+      return false;
+    }
+  });
   if (bridge === undefined) return;
   throw new CommandError(
     `needs lockd's own addresses (host:port, tls://), not the bridge ` +
