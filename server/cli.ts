@@ -48,6 +48,8 @@ export interface Config {
   maxLeaseMs: number;
   /** Connections served at once. */
   maxConnections: number;
+  /** Acquires queued at once across all connections. */
+  maxWaiters: number;
   /** WebSocket bridge address, if any. */
   bridge: HostPort | undefined;
   /** Address of the HTTP endpoints and status page (`--http`), if any. */
@@ -117,6 +119,14 @@ function positiveSeconds(text: string, what: string): number {
  *
  * @throws {UsageError} For any other value.
  */
+/** A count from 1 to 999,999,999 (`--max-connections`, `--max-waiters`). */
+function count(text: string, what: string): number {
+  if (!/^[1-9][0-9]{0,8}$/.test(text)) {
+    throw new UsageError(`${what} must be a whole number from 1 to 999999999, got "${text}"`);
+  }
+  return Number(text);
+}
+
 function envSwitch(text: string | undefined, what: string): boolean {
   const value = text?.toLowerCase() ?? "";
   if (value === "1" || value === "true") return true;
@@ -192,14 +202,6 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
   const peersText = get("peers");
   const bridgeText = get("bridge");
   const httpText = get("http");
-  const maxConnectionsText = get("max-connections")!;
-  if (!/^[1-9][0-9]{0,8}$/.test(maxConnectionsText)) {
-    throw new UsageError(
-      `${
-        source["max-connections"]
-      } must be a whole number from 1 to 999999999, got "${maxConnectionsText}"`,
-    );
-  }
   const config: Config = {
     help: false,
     version: false,
@@ -212,7 +214,8 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
       : peersText.split(",").map((p) => parseHostPort(p.trim(), `each ${source.peers} entry`)),
     dataDir: get("data-dir")!,
     maxLeaseMs: positiveSeconds(get("max-lease")!, source["max-lease"]),
-    maxConnections: Number(maxConnectionsText),
+    maxConnections: count(get("max-connections")!, source["max-connections"]),
+    maxWaiters: count(get("max-waiters")!, source["max-waiters"]),
     bridge: bridgeText === undefined ? undefined : parseHostPort(bridgeText, source.bridge),
     http: httpText === undefined ? undefined : parseHostPort(httpText, source.http),
     bridgeOrigins: get("bridge-origins")?.split(",").map((o) => o.trim()).filter((o) => o !== ""),

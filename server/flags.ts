@@ -70,6 +70,15 @@ export const FLAGS: readonly Flag[] = [
       "'- - E too many connections' and closed.",
   },
   {
+    name: "max-waiters",
+    env: "LOCKD_MAX_WAITERS",
+    value: "N",
+    fallback: "1000000",
+    help: "Acquires queued at once across all connections (each about\n" +
+      "750 bytes); the next is answered 'E too many queued acquires\n" +
+      "on this server'. One connection may queue at most 100000.",
+  },
+  {
     name: "bridge",
     env: "LOCKD_BRIDGE",
     value: "HOST:PORT",

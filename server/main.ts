@@ -74,6 +74,7 @@ export async function main(args: string[]): Promise<number> {
       dataDir: config.dataDir,
       maxLeaseMs: config.maxLeaseMs,
       maxConnections: config.maxConnections,
+      maxWaiters: config.maxWaiters,
       cluster: peers.length === 0 ? undefined : {
         self,
         peers,

@@ -13,13 +13,12 @@ import { DEFAULT_MAX_LEASE_MS, type Refusal, SHUTTING_DOWN } from "../client/cod
 import type { LocksPage, NodeStatus } from "../client/codec.ts";
 import { Acceptor } from "./accept.ts";
 import { Batch } from "./batch.ts";
-import { formatHostPort, type HostPort } from "./cli.ts";
+import { formatHostPort } from "./cli.ts";
 import type { Role } from "./cluster/election.ts";
 import { realScheduler, TcpPeerNetwork } from "./cluster/network.ts";
 import { ClusterNode } from "./cluster/node.ts";
 import { AcceptorHandshake } from "./cluster/peer_auth.ts";
 import { PeerInbound } from "./cluster/peer_inbound.ts";
-import type { ReplicationMode } from "./cluster/replication.ts";
 import { decodePeer } from "./cluster/peer_codec.ts";
 import { LockTable } from "./engine/lock_table.ts";
 import { lateGrant } from "./late_grant.ts";
@@ -27,72 +26,13 @@ import { Metrics } from "./metrics.ts";
 import { Report } from "./report.ts";
 import { type Logger, stderrLogger } from "./log.ts";
 import { LogLimit } from "./log_limit.ts";
-import {
-  ClientSession,
-  type Gate,
-  type SessionContext,
-  type Ticket,
-  ticketHooks,
-} from "./session.ts";
+import { ClientSession, type Ticket, ticketHooks } from "./session.ts";
+import { DEFAULT_MAX_WAITERS, type Gate, type SessionContext } from "./session_context.ts";
 import { Ticker, turnClock } from "./ticker.ts";
 import { Sessions } from "./sessions.ts";
 import { TokenStore } from "./tokens.ts";
 import { laneOf } from "./token_lanes.ts";
-import type { Credentials } from "./auth.ts";
-
-/** Cluster settings of {@linkcode LockServerOptions} (docs/cluster.md). */
-export interface ServerClusterOptions {
-  /** This node's address, as it appears in `peers`. */
-  self: string;
-  /** Every node, in priority order (this one included), with its parsed address. */
-  peers: { address: string; target: HostPort }[];
-  /** Heartbeat interval, in ms. */
-  heartbeatMs: number;
-  /** Silence after which a peer counts as dead, in ms. */
-  failoverTimeoutMs: number;
-  /** `sync`: answer changes once an in-sync standby acknowledged them. Default `async`. */
-  replication?: ReplicationMode;
-  /** The cluster secret: peers must prove they know it (docs/security.md, "Peers"). */
-  peerSecret?: string;
-  /** Log every peer message but heartbeats (`LOCKD_TRACE=1`). */
-  trace?: boolean;
-  /** Log heartbeats too (`LOCKD_TRACE_HB=1`). */
-  traceHeartbeats?: boolean;
-}
-
-/** Options of {@linkcode LockServer.start}. */
-export interface LockServerOptions {
-  /** Interface to listen on. Default `127.0.0.1`. */
-  hostname?: string;
-  /** TCP port; 0 picks a free one. Default 7321. */
-  port?: number;
-  /** Directory of the token high-water mark. Default `./lockd-data`. */
-  dataDir?: string;
-  /** Longest lease a client may ask for, in ms. Default 86,400,000 (one day). */
-  maxLeaseMs?: number;
-  /** Connections served at once; the next one gets `- - E too many connections`. Default 10,000. */
-  maxConnections?: number;
-  /** Monotonic clock in ms. Default `performance.now`, read once per event-loop run. */
-  clock?: () => number;
-  /** Cluster settings; a single node without them. */
-  cluster?: ServerClusterOptions;
-  /** Called on every role change of a cluster node (for logs). */
-  onRole?: (role: Role, description: string) => void;
-  /** Where events are logged. Default: stderr. */
-  log?: Logger;
-  /**
-   * The credentials in force, read at each hello (the auth file may change); `undefined`,
-   * or a function returning it, when the server requires none.
-   */
-  credentials?: () => Credentials | undefined;
-  /** How long a session may have no connection before its bound locks go, ms. Default 5000. */
-  sessionGraceMs?: number;
-  /**
-   * Serve TLS on the client and peer port with this certificate chain and key (PEM), and
-   * dial peers with TLS, verifying them with `caCerts` (default: the system's roots).
-   */
-  tls?: { cert: string; key: string; caCerts?: string[] };
-}
+import type { LockServerOptions, ServerClusterOptions } from "./server_options.ts";
 
 const SHUTDOWN_GRACE_MS = 2000;
 const SERVE: Gate = { kind: "serve" };
@@ -178,6 +118,7 @@ export class LockServer {
     const ctx: SessionContext = {
       table: this.#table,
       maxLeaseMs: options.maxLeaseMs ?? DEFAULT_MAX_LEASE_MS,
+      maxWaiters: options.maxWaiters ?? DEFAULT_MAX_WAITERS,
       gate: () => this.#stopping ? SHUTTING : this.#cluster?.gate() ?? SERVE,
       park: (session, line) => this.#parked.push({ session, line }),
       fatal: (error) => this.#fatal(error),

@@ -27,7 +27,7 @@ import {
   timeoutReply,
 } from "../client/codec.ts";
 import { type OrderedReply, ReplyOrder } from "../client/reply_order.ts";
-import type { LockTable, LockTableHooks, Waiter } from "./engine/lock_table.ts";
+import type { LockTableHooks, Waiter } from "./engine/lock_table.ts";
 import type { LineHandler } from "./line_socket.ts";
 import {
   answerHello,
@@ -36,68 +36,15 @@ import {
   type HelloOutcome,
   type Identity,
 } from "./hello.ts";
-import type { Owners, SessionGrace } from "./owners.ts";
 import { TokensExhaustedError } from "./tokens.ts";
 import { type Inspection, inspectKeyReply, locksPageReply, statusReplyOf } from "./inspect.ts";
-import { type Metrics, reasonOf } from "./metrics.ts";
-
-/** Where a session's replies go: a connection, or a test double. */
-export interface ReplySink {
-  /**
-   * Queues one reply line (without `\n`); a grant's with its key and token (sync replication
-   * moves its lease when the reply goes out late: `LineSocketOptions.lateGrant`).
-   */
-  send(line: string, key?: string, token?: bigint): void;
-  /** Writes what is queued, then closes (a refused hello). Default: nothing. */
-  closeAfterFlush?(): void;
-  /** The peer's `host:port` (failed hellos are slowed down per host). */
-  remote?: string;
-  /**
-   * Accounts for `units` (UTF-16 units, negative to give back) of replies held in memory
-   * before they can be sent, so the connection's output limits cover them too.
-   */
-  hold?(units: number): void;
-}
-
-/** Most acquires one connection may have queued at once; more are answered `E`. */
-export const MAX_QUEUED_PER_CONNECTION = 1_000_000;
-
-/** How a request is treated right now: served, parked until the role settles, or refused. */
-export type Gate =
-  | { kind: "serve" }
-  | { kind: "park" }
-  | { kind: "refuse"; refusal: Refusal };
-
-/** What the sessions of one server share. */
-export interface SessionContext {
-  /** The lock table (its tickets are this module's {@linkcode Ticket}s). */
-  table: LockTable<Ticket>;
-  /** Longest lease a client may ask for, in ms. */
-  maxLeaseMs: number;
-  /**
-   * Whether this node serves requests now; a cluster standby refuses them (`M host:port`,
-   * `E no active node`) and a node handing over parks them. Default: serve.
-   */
-  gate?: () => Gate;
-  /** Keeps a request line to handle again later (see {@linkcode Gate}). */
-  park?: (session: ClientSession, line: string) => void;
-  /** A fatal condition (tokens exhausted): the server must stop. */
-  fatal(error: Error): void;
-  /** Hellos: credentials, throttle, clock, log. Without it a hello is accepted as is. */
-  hello?: HelloContext;
-  /** Who holds what: interned at each grant (0 without a hello). */
-  owners?: Owners;
-  /** The sessions' grace period: connections of a session attach and detach. */
-  grace?: SessionGrace;
-  /** Runs `fn` after `ms` (a failed hello's answer is delayed). */
-  later?(ms: number, fn: () => void): void;
-  /** Answers `I`, `L` and `S` (docs/protocol.md, "Inspection"); without it they are unknown ops. */
-  inspect?: Inspection;
-  /** Where requests, their latency and rejections are counted. */
-  metrics?: Metrics;
-  /** Settles the leases and wait limits due now (unless the node froze its timers). */
-  settleDue?(): void;
-}
+import { reasonOf } from "./metrics.ts";
+import {
+  DEFAULT_MAX_WAITERS,
+  MAX_QUEUED_PER_CONNECTION,
+  type ReplySink,
+  type SessionContext,
+} from "./session_context.ts";
 
 /** One queued acquire: its place among the replies of its key. */
 export class Ticket implements OrderedReply {
@@ -220,13 +167,10 @@ export class ClientSession implements LineHandler {
     try {
       switch (request.op) {
         case "A": {
-          if (this.#waiting >= MAX_QUEUED_PER_CONNECTION) {
+          const full = this.#full(key);
+          if (full !== undefined) {
             this.#count("limits");
-            this.#reply(
-              op,
-              key,
-              errorReply(op, key, "too many queued acquires on this connection"),
-            );
+            this.#reply(op, key, errorReply(op, key, full));
             return;
           }
           if (request.session && this.#identity?.session === undefined) {
@@ -255,6 +199,19 @@ export class ClientSession implements LineHandler {
     } catch (error) {
       this.#exhausted(op, key, error);
     }
+  }
+
+  /**
+   * Why an acquire of `key` may not queue now, if it may not: this connection or the server
+   * has as many acquires queued as allowed (docs/protocol.md, "Limits and overload"). An
+   * acquire of a free key is granted at once, never refused.
+   */
+  #full(key: string): string | undefined {
+    const table = this.#ctx.table;
+    const connection = this.#waiting >= MAX_QUEUED_PER_CONNECTION;
+    if (!connection && table.waiting < (this.#ctx.maxWaiters ?? DEFAULT_MAX_WAITERS)) return;
+    if (table.holder(key) === undefined) return;
+    return `too many queued acquires on this ${connection ? "connection" : "server"}`;
   }
 
   /** `I` and `L` (served like any request: gate, prefix), and `S` (answered in every role). */

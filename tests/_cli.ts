@@ -86,6 +86,13 @@ export const FLAG_CASES: FlagCase[] = [
     check: (c, v) => assert.equal(c.maxConnections, v === "value" ? 5 : 999_999_999),
   },
   {
+    flag: "--max-waiters",
+    env: "LOCKD_MAX_WAITERS",
+    value: "7",
+    other: "2000000",
+    check: (c, v) => assert.equal(c.maxWaiters, v === "value" ? 7 : 2_000_000),
+  },
+  {
     flag: "--bridge",
     env: "LOCKD_BRIDGE",
     value: "127.0.0.1:8080",

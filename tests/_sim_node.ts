@@ -17,7 +17,8 @@ import { LockTable } from "../server/engine/lock_table.ts";
 import type { Logger } from "../server/log.ts";
 import { Owners } from "../server/owners.ts";
 import { laneAhead, laneOf, OwnMarks, tokenAfter } from "../server/token_lanes.ts";
-import { ClientSession, type Gate, type Ticket, ticketHooks } from "../server/session.ts";
+import { ClientSession, type Ticket, ticketHooks } from "../server/session.ts";
+import type { Gate } from "../server/session_context.ts";
 import type { SimProcess, SimTime } from "./_sim_time.ts";
 
 /**

@@ -14,14 +14,8 @@ import { Credentials, Throttle } from "../server/auth.ts";
 import { LockTable } from "../server/engine/lock_table.ts";
 import { Metrics } from "../server/metrics.ts";
 import { Owners } from "../server/owners.ts";
-import {
-  ClientSession,
-  type Gate,
-  type ReplySink,
-  type SessionContext,
-  type Ticket,
-  ticketHooks,
-} from "../server/session.ts";
+import { ClientSession, type Ticket, ticketHooks } from "../server/session.ts";
+import type { Gate, ReplySink, SessionContext } from "../server/session_context.ts";
 import { buildStatus } from "../server/status.ts";
 
 const SECRET = "billing-secret-0123456789";

@@ -15,7 +15,7 @@ import type { PeerMessage } from "../server/cluster/peer_codec.ts";
 import type { ClusterContext } from "../server/cluster/ports.ts";
 import { ReplicationStream } from "../server/cluster/replication.ts";
 import { Owners } from "../server/owners.ts";
-import type { Gate } from "../server/session.ts";
+import type { Gate } from "../server/session_context.ts";
 
 function peer(address: string, fields: Partial<PeerState> = {}): PeerState {
   return {

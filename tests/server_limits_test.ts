@@ -1,6 +1,6 @@
 /**
  * Black-box tests of the server's limits and robustness (docs/protocol.md, docs/server.md): line length,
- * `--max-connections`, clients that never read, bad bytes, huge numbers, long leases.
+ * `--max-connections`, `--max-waiters`, clients that never read, bad bytes, huge numbers, long leases.
  */
 
 import assert from "node:assert/strict";
@@ -180,6 +180,25 @@ Deno.test("server refuses connections beyond --max-connections", async () => {
 
     const sixth = await clients.connect();
     assert.deepEqual(await sixth.closedByPeer(2000), ["- - E too many connections"]);
+  });
+});
+
+Deno.test("server refuses acquires that would queue beyond LOCKD_MAX_WAITERS", async () => {
+  await withServer({ env: { LOCKD_MAX_WAITERS: "2" } }, async (_server, clients) => {
+    const [a, b, c, d] = await Promise.all([1, 2, 3, 4].map(() => clients.connect()));
+    const token = parseGrant(await a.request("A mw:1 30 0"), "mw:1");
+    for (const waiter of [b, c]) {
+      await waiter.send("A mw:1 30 0");
+      assert.equal(await waiter.request("R mw:probe 1"), "R mw:probe N"); // the acquire is queued
+    }
+    assert.equal(
+      await d.request("A mw:1 30 0"),
+      "A mw:1 E too many queued acquires on this server",
+    );
+    parseGrant(await d.request("A mw:2 30 0"), "mw:2"); // a free key is granted all the same
+    assert.equal(await a.request(`R mw:1 ${token}`), "R mw:1 R");
+    parseGrant(await b.readLine(), "mw:1"); // the queue went on in order
+    assert.equal(await d.request("A mw:1 30 0.2"), "A mw:1 T"); // room again: it queued
   });
 });
 

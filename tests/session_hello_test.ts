@@ -13,13 +13,8 @@ import { Credentials, Throttle } from "../server/auth.ts";
 import { LockTable } from "../server/engine/lock_table.ts";
 import type { Logger } from "../server/log.ts";
 import { Owners, SessionGrace } from "../server/owners.ts";
-import {
-  ClientSession,
-  type ReplySink,
-  type SessionContext,
-  type Ticket,
-  ticketHooks,
-} from "../server/session.ts";
+import { ClientSession, type Ticket, ticketHooks } from "../server/session.ts";
+import type { ReplySink, SessionContext } from "../server/session_context.ts";
 
 const SESSION = "0123456789abcdef0123456789abcdef";
 const SECRET = "billing-secret-0123456789";

@@ -10,15 +10,14 @@
 import assert from "node:assert/strict";
 import { NO_ACTIVE_NODE, type Refusal, SHUTTING_DOWN } from "../client/codec.ts";
 import { LockTable } from "../server/engine/lock_table.ts";
+import { ClientSession, type Ticket, ticketHooks } from "../server/session.ts";
+import { TokensExhaustedError } from "../server/tokens.ts";
 import {
-  ClientSession,
   type Gate,
+  MAX_QUEUED_PER_CONNECTION,
   type ReplySink,
   type SessionContext,
-  type Ticket,
-  ticketHooks,
-} from "../server/session.ts";
-import { TokensExhaustedError } from "../server/tokens.ts";
+} from "../server/session_context.ts";
 
 /** A sink that keeps the replies and the units held for it. */
 class FakeSink implements ReplySink {
@@ -373,4 +372,51 @@ Deno.test("ClientSession answers E and reports a fatal error when tokens are exh
   assert.equal(h.table.holder("j"), undefined);
   session.line("R k 1"); // nobody waits: freeing needs no token
   assert.deepEqual(sink.take(), ["R k R"]);
+});
+
+Deno.test("ClientSession refuses an acquire that would queue past the server's --max-waiters", () => {
+  const h = harness();
+  h.ctx.maxWaiters = 2;
+  const a = h.connect();
+  const b = h.connect();
+  const c = h.connect();
+  a.session.line("A k 30 0");
+  a.session.line("A j 30 0");
+  b.session.line("A k 30 0");
+  b.session.line("A j 30 0");
+  assert.deepEqual(a.sink.take(), ["A k A 1", "A j A 2"]);
+  assert.equal(h.table.waiting, 2);
+  c.session.line("A k 30 0");
+  c.session.line("A j 30 5");
+  assert.deepEqual(c.sink.take(), [
+    "A k E too many queued acquires on this server",
+    "A j E too many queued acquires on this server",
+  ]);
+  assert.equal(h.table.waiting, 2, "a refused acquire changes nothing");
+  c.session.line("A free 30 0");
+  assert.deepEqual(c.sink.take(), ["A free A 3"], "a free key is granted at the cap");
+  a.session.line("R k 1");
+  assert.deepEqual(a.sink.take(), ["R k R"]);
+  assert.deepEqual(b.sink.take(), ["A k A 4"], "the queue moves on as before");
+  c.session.line("A k 30 0");
+  assert.deepEqual(c.sink.take(), [], "below the cap again: queued");
+  assert.equal(h.table.waiting, 2);
+  b.session.line("R k 4");
+  assert.deepEqual(c.sink.take(), ["A k A 5"]);
+});
+
+Deno.test("ClientSession refuses an acquire that would queue past the connection's limit", () => {
+  const h = harness();
+  const holder = h.connect();
+  const { session, sink } = h.connect();
+  holder.session.line("A k 30 0");
+  holder.session.line("A h 30 0");
+  for (let i = 0; i < MAX_QUEUED_PER_CONNECTION; i++) session.line("A k 30 0");
+  assert.equal(h.table.waiting, MAX_QUEUED_PER_CONNECTION);
+  session.line("A h 30 0");
+  assert.deepEqual(sink.take(), ["A h E too many queued acquires on this connection"]);
+  session.line("A other 30 0");
+  assert.deepEqual(sink.take(), ["A other A 3"], "a free key is still granted");
+  h.connect().session.line("A h 30 0");
+  assert.equal(h.table.waiting, MAX_QUEUED_PER_CONNECTION + 1, "other connections still queue");
 });

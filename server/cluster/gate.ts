@@ -7,7 +7,7 @@
  * @module
  */
 
-import type { Gate } from "../session.ts";
+import type { Gate } from "../session_context.ts";
 import type { Role } from "./election.ts";
 import { NO_ACTIVE, redirectTo } from "./handoff.ts";
 

@@ -9,7 +9,7 @@
  * @module
  */
 
-import type { Gate } from "../session.ts";
+import type { Gate } from "../session_context.ts";
 import { decide, type Role, type SelfView, successor } from "./election.ts";
 import { heartbeatMarks, promotionFloor, raiseOnHeartbeat } from "./succession.ts";
 import { type Carried, handoffLimitMs, NO_ACTIVE, redirectTo } from "./handoff.ts";

@@ -8,7 +8,7 @@
  */
 
 import type { NodeStatus, PeerStatus } from "../../client/codec.ts";
-import type { Gate } from "../session.ts";
+import type { Gate } from "../session_context.ts";
 import type { Role } from "./election.ts";
 import type { PeerState } from "./peer_views.ts";
 import type { ReplicationMode } from "./replication.ts";
