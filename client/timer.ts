@@ -2,10 +2,13 @@
  * The client's timers: every one of them is an entry of one {@linkcode DeadlineHeap}, behind
  * a single runtime timer armed for the earliest (two, in fact: one that keeps the process
  * alive and one that does not). A runtime timer costs microseconds to make and cancel (a
- * Node-compatible `Timeout` object each, in Deno), and a client under load would otherwise
- * make two per lock cycle (the lease's expiry warning, the release's 5 s bound). Arming and
- * cancelling an entry here costs a heap push or removal; the runtime timer is re-armed only
- * when the earliest deadline moves earlier, or once it fires.
+ * Node-compatible `Timeout` object each, in Deno), and a client would otherwise make three
+ * per lock cycle (the acquire's wait, the lease's expiry warning, the release's bound).
+ * Arming and cancelling an entry here costs a heap push or removal. The runtime timer is
+ * armed at most {@linkcode HORIZON_MS} ahead, so an entry due later than that never re-arms
+ * it (it fires early, finds nothing due and re-arms); and when the last entry is cancelled
+ * it is cleared only if no entry came back within a few microtasks, so a client that takes
+ * one lock at a time, whose next entry follows its last at once, keeps the same one.
  *
  * Any delay works: `setTimeout` cannot wait longer than 2^31-1 ms (about 24.8 days) and
  * fires at once when asked to, so a long wait or lease would end immediately; the queue
@@ -37,8 +40,20 @@ function unref(id: ReturnType<typeof setTimeout>): void {
   else (id as { unref?(): void }).unref?.();
 }
 
-/** The longest delay `setTimeout` honours, in ms. */
-export const MAX_TIMEOUT_MS = 2 ** 31 - 1;
+/**
+ * How far ahead the runtime timer is armed at most, in ms: entries due later than that are
+ * scheduled and cancelled without touching it, at the cost of one early wake a second while
+ * any is scheduled. Below `setTimeout`'s longest delay (2^31-1 ms), so every wait works.
+ */
+export const HORIZON_MS = 1000;
+
+/**
+ * How many microtasks an empty queue waits for a new entry before it clears its runtime
+ * timer: enough for a caller's `await lock.release()` to resume and acquire again, few
+ * enough that the timer is gone long before the turn ends (no process kept alive, no test
+ * sanitizer tripped).
+ */
+const IDLE_MICROTASKS = 8;
 
 /**
  * How early an entry may fire, in ms: runtimes round timer delays to whole milliseconds, so
@@ -62,6 +77,9 @@ export class TimerQueue {
   #armedFor = Infinity;
   #firing = false;
   #run = () => this.#fire();
+  /** Microtasks left before an empty queue clears its runtime timer (0: not waiting). */
+  #idleChecks = 0;
+  #idleCheck = () => this.#idle();
 
   /** @param weak Whether its runtime timer lets the process exit. */
   constructor(weak: boolean) {
@@ -91,8 +109,11 @@ export class TimerQueue {
   cancel(entry: TimerEntry): void {
     if (!this.#heap.remove(entry)) return;
     // Nothing left: the runtime timer must not keep the process alive (or a test's timer
-    // sanitizer busy). An earlier runtime timer than needed is left alone: it re-arms.
-    if (this.#heap.size === 0 && !this.#firing) this.#disarm();
+    // sanitizer busy), but the next entry often comes a few microtasks later: wait for it.
+    if (this.#heap.size === 0 && !this.#firing && this.#idleChecks === 0) {
+      this.#idleChecks = IDLE_MICROTASKS;
+      queueMicrotask(this.#idleCheck);
+    }
   }
 
   /** Whether `entry` is scheduled here. */
@@ -100,19 +121,25 @@ export class TimerQueue {
     return this.#heap.has(entry);
   }
 
-  #arm(due: number): void {
-    if (this.#timer !== undefined) clearTimeout(this.#timer);
-    const left = Math.max(0, due - performance.now());
-    const wait = Math.min(left, MAX_TIMEOUT_MS);
-    this.#armedFor = left > MAX_TIMEOUT_MS ? due - left + wait : due;
-    this.#timer = setTimeout(this.#run, wait);
-    if (this.#weak) unref(this.#timer);
+  /** Clears the runtime timer once the queue stayed empty for {@linkcode IDLE_MICROTASKS}. */
+  #idle(): void {
+    if (this.#heap.size > 0 || this.#timer === undefined) this.#idleChecks = 0;
+    else if (--this.#idleChecks > 0) queueMicrotask(this.#idleCheck);
+    else {
+      this.#idleChecks = 0;
+      clearTimeout(this.#timer);
+      this.#timer = undefined;
+      this.#armedFor = Infinity;
+    }
   }
 
-  #disarm(): void {
+  /** Arms the runtime timer for `due`, or {@linkcode HORIZON_MS} from now if that is sooner. */
+  #arm(due: number): void {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
-    this.#timer = undefined;
-    this.#armedFor = Infinity;
+    const now = performance.now();
+    this.#armedFor = due - now <= HORIZON_MS ? due : now + HORIZON_MS;
+    this.#timer = setTimeout(this.#run, Math.max(0, this.#armedFor - now));
+    if (this.#weak) unref(this.#timer);
   }
 
   /**

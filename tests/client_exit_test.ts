@@ -81,6 +81,43 @@ Deno.test("a script that acquires, releases and never closes its client exits by
   }
 });
 
+Deno.test("the client's runtime timer outlives a release only briefly, and a held lock keeps it", async (t) => {
+  const server = await startServer();
+  try {
+    // The runtime timer behind the client's timers, armed up to 1 s ahead, outlives the last
+    // entry by a few microtasks only: the script ends at once after its last release.
+    await t.step("the script ends at once after its last release", async () => {
+      const run = await runScript(`
+        const client = new LockClient(${JSON.stringify(server.address)});
+        const lock = await client.acquire("exit:t", { lease: 30 });
+        await lock.release();
+        const done = performance.now();
+        globalThis.addEventListener("unload", () => {
+          console.log(Math.round(performance.now() - done));
+        });
+      `);
+      assert.equal(run.code, 0, run.stderr);
+      const after = Number(run.stdout.trim());
+      assert.ok(after < 600, `the script ended ${after} ms after its release`);
+    });
+    // ... and a lock taken next arms it again: its lease warning keeps the script alive.
+    await t.step("a lock taken next keeps the script alive until its signal fires", async () => {
+      const run = await runScript(`
+        const client = new LockClient(${JSON.stringify(server.address)});
+        const first = await client.acquire("exit:t", { lease: 30 });
+        await first.release();
+        const held = await client.acquire("exit:u", { lease: 1.5 });
+        held.signal.addEventListener("abort", () => console.log("signal"));
+      `);
+      assert.equal(run.code, 0, run.stderr);
+      assert.equal(run.stdout.trim(), "signal");
+    });
+  } finally {
+    await server.stop();
+    await Deno.remove(server.dataDir, { recursive: true });
+  }
+});
+
 Deno.test("a client whose server is down does not keep the script alive with reconnects", async () => {
   const run = await runScript(`
     const client = new LockClient("127.0.0.1:1", { retryTimeoutMs: 200 });

@@ -6,7 +6,7 @@
 
 import assert from "node:assert/strict";
 import { DeadlineHeap, type HeapEntry } from "../client/deadline_heap.ts";
-import { after, TimerQueue } from "../client/timer.ts";
+import { after, HORIZON_MS, TimerQueue } from "../client/timer.ts";
 import { mulberry32 } from "./_prng.ts";
 
 interface Entry extends HeapEntry {
@@ -161,6 +161,41 @@ Deno.test("TimerQueue: an entry scheduled while firing waits for the next turn; 
     assert.match(String(errors[0]), /boom/);
   } finally {
     globalThis.removeEventListener("error", onError);
+  }
+});
+
+Deno.test("TimerQueue: entries due past its horizon come and go without a new runtime timer, and fire on time", async () => {
+  const queue = new TimerQueue(false);
+  const real = globalThis.setTimeout;
+  let made = 0;
+  globalThis.setTimeout = ((...args: Parameters<typeof setTimeout>) => {
+    made++;
+    return real(...args);
+  }) as typeof setTimeout;
+  try {
+    const entry = (fire = () => {}) => ({ due: 0, slot: -1, seq: 0, fire });
+    const wait = entry(), lease = entry(), bound = entry();
+    const now = performance.now();
+    // A lock cycle at a time: the acquire's wait, the lease's warning, the release's bound,
+    // each due sooner than the one before, and the queue empty in between.
+    for (let i = 0; i < 100; i++) {
+      queue.schedule(wait, now + 10_000 - i);
+      queue.cancel(wait);
+      queue.schedule(lease, now + 9000 - i);
+      queue.cancel(lease);
+      queue.schedule(bound, now + 5000 - i);
+      queue.cancel(bound);
+    }
+    assert.equal(made, 1, "one runtime timer for all 300");
+    const { promise: fired, resolve } = Promise.withResolvers<number>();
+    const start = performance.now();
+    queue.schedule(entry(() => resolve(performance.now())), start + HORIZON_MS + 200);
+    const at = await fired;
+    assert.ok(at - start >= HORIZON_MS + 199, `fired after ${at - start} ms`);
+    assert.ok(made >= 2, "re-armed at the horizon");
+    assert.equal(queue.size, 0);
+  } finally {
+    globalThis.setTimeout = real;
   }
 });
 

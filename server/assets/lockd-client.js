@@ -735,7 +735,8 @@ function unref(id) {
   if (typeof id === "number") unrefTimer?.(id);
   else id.unref?.();
 }
-var MAX_TIMEOUT_MS = 2 ** 31 - 1;
+var HORIZON_MS = 1e3;
+var IDLE_MICROTASKS = 8;
 var EARLY_MS = 1;
 var TimerQueue = class {
   #heap = new DeadlineHeap();
@@ -745,6 +746,9 @@ var TimerQueue = class {
   #armedFor = Infinity;
   #firing = false;
   #run = () => this.#fire();
+  /** Microtasks left before an empty queue clears its runtime timer (0: not waiting). */
+  #idleChecks = 0;
+  #idleCheck = () => this.#idle();
   /** @param weak Whether its runtime timer lets the process exit. */
   constructor(weak) {
     this.#weak = weak;
@@ -769,24 +773,33 @@ var TimerQueue = class {
   /** Cancels `entry` if it is scheduled here. */
   cancel(entry) {
     if (!this.#heap.remove(entry)) return;
-    if (this.#heap.size === 0 && !this.#firing) this.#disarm();
+    if (this.#heap.size === 0 && !this.#firing && this.#idleChecks === 0) {
+      this.#idleChecks = IDLE_MICROTASKS;
+      queueMicrotask(this.#idleCheck);
+    }
   }
   /** Whether `entry` is scheduled here. */
   scheduled(entry) {
     return this.#heap.has(entry);
   }
+  /** Clears the runtime timer once the queue stayed empty for {@linkcode IDLE_MICROTASKS}. */
+  #idle() {
+    if (this.#heap.size > 0 || this.#timer === void 0) this.#idleChecks = 0;
+    else if (--this.#idleChecks > 0) queueMicrotask(this.#idleCheck);
+    else {
+      this.#idleChecks = 0;
+      clearTimeout(this.#timer);
+      this.#timer = void 0;
+      this.#armedFor = Infinity;
+    }
+  }
+  /** Arms the runtime timer for `due`, or {@linkcode HORIZON_MS} from now if that is sooner. */
   #arm(due) {
     if (this.#timer !== void 0) clearTimeout(this.#timer);
-    const left = Math.max(0, due - performance.now());
-    const wait = Math.min(left, MAX_TIMEOUT_MS);
-    this.#armedFor = left > MAX_TIMEOUT_MS ? due - left + wait : due;
-    this.#timer = setTimeout(this.#run, wait);
+    const now = performance.now();
+    this.#armedFor = due - now <= HORIZON_MS ? due : now + HORIZON_MS;
+    this.#timer = setTimeout(this.#run, Math.max(0, this.#armedFor - now));
     if (this.#weak) unref(this.#timer);
-  }
-  #disarm() {
-    if (this.#timer !== void 0) clearTimeout(this.#timer);
-    this.#timer = void 0;
-    this.#armedFor = Infinity;
   }
   /**
    * Fires what is due. Entries scheduled meanwhile (by what fires) wait for the next turn,
