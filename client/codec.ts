@@ -111,6 +111,7 @@ export {
   helloLine,
   helloOkReply,
   isHello,
+  isSessionId,
   MAX_CLIENT_NAME_BYTES,
   MAX_REFUSAL_DELAY_MS,
   parseHello,

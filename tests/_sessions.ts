@@ -32,6 +32,6 @@ export async function arrival(
 /** Every `session ... gone ... released N lock(s)` line (`event=session-expired`) a node logged so far. */
 export function releasesLogged(node: { stderr(): string }): { session: string; count: number }[] {
   const re =
-    /session ([0-9a-f]{8}) gone for its grace period: released (\d+) lock\(s\) event=session-expired released=\2\b/g;
+    /session ([A-Za-z0-9_-]{8}) gone for its grace period: released (\d+) lock\(s\) event=session-expired released=\2\b/g;
   return [...node.stderr().matchAll(re)].map((m) => ({ session: m[1], count: Number(m[2]) }));
 }

@@ -125,6 +125,20 @@ const messages: [string, PeerMessage][] = [
     session: "0123456789abcdef0123456789abcdef",
     name: "billing-7@host:42",
   }],
+  ["O 8 0 3f2504e0-4f89-41d3-9a0c-0305e82c3301 uuid-client", {
+    type: "O",
+    id: 8,
+    bound: false,
+    session: "3f2504e0-4f89-41d3-9a0c-0305e82c3301",
+    name: "uuid-client",
+  }],
+  ["O 9 1 Session_ID-0123456 short", {
+    type: "O",
+    id: 9,
+    bound: true,
+    session: "Session_ID-0123456",
+    name: "short",
+  }],
   ["O 2147483647 0 - nc", {
     type: "O",
     id: 2147483647,
@@ -251,6 +265,12 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "H " + "k".repeat(251) + " 1 1",
       "F " + "é".repeat(126) + " 1", // 252 bytes
       "F \ud800 1", // a lone surrogate
+    ],
+    "bad session id (the hello's rule: 16-64 letters, digits, - or _)": [
+      "O 7 1 0123456789abcde name",
+      "O 7 1 " + "a".repeat(65) + " name",
+      "O 7 1 0123456789abcdef.0 name",
+      "O 7 1 0123456789abcdef\u00e9 name",
     ],
     "bad flag": [
       "HB active - 2 0 - 0 0 0 0",

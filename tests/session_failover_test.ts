@@ -129,8 +129,9 @@ Deno.test("cluster (3 nodes) after a kill -9 of the active keeps the bound locks
     assert.equal(old, cluster.at(0), "the highest-priority node is active after a cold start");
     const heir = cluster.at(1);
     await withLines(async (lines) => {
-      const back = newSession();
-      const gone = newSession();
+      // Any session id a hello accepts is replicated: not only LockClient's 32 hex digits.
+      const back = crypto.randomUUID();
+      const gone = `Other_${crypto.randomUUID().slice(0, 13).toUpperCase()}`;
       const keep = await lines.connectAs(old, back, "keeper");
       const lose = await lines.connectAs(old, gone, "loser");
       const kept = { key: "fail:kept", token: await bind(keep, "fail:kept"), session: back };

@@ -59,6 +59,22 @@ export function clientNameError(name: string): string | undefined {
 }
 
 /**
+ * Whether `text` is a valid session id (docs/protocol.md, "Sessions and authentication"):
+ * 16–64 letters, digits, `-` or `_`. `LockClient` makes 32 lowercase hex digits; a UUID or
+ * base64url text is fine too. Hellos and the peers' replication of sessions use this one rule.
+ *
+ * @example
+ * ```ts
+ * import { isSessionId } from "@lockd/client/codec";
+ * isSessionId("3f2504e0-4f89-41d3-9a0c-0305e82c3301"); // true
+ * isSessionId("short"); // false
+ * ```
+ */
+export function isSessionId(text: string): boolean {
+  return SESSION.test(text);
+}
+
+/**
  * Whether `line` is a hello: its op is `HELLO` (well formed or not; {@linkcode parseHello}
  * says which). A server answers a hello after other lines, or a second one,
  * `HELLO - E hello must be the first line` ({@linkcode HELLO_NOT_FIRST}).

@@ -7,7 +7,7 @@
  * @module
  */
 
-import { clientNameError, keyError, MAX_TOKEN } from "../../client/codec.ts";
+import { clientNameError, isSessionId, keyError, MAX_TOKEN } from "../../client/codec.ts";
 import type { Role } from "./election.ts";
 import type { HeldMessage, PeerDecodeError, PeerHello, PeerMessage } from "./peer_messages.ts";
 
@@ -245,7 +245,7 @@ export function decodePeer(line: string): PeerMessage | PeerDecodeError {
         return { type, id: ownerId(f[1]) };
       case "O": {
         if (f[2] !== "0" && f[2] !== "1") throw new Malformed("bound must be 0 or 1");
-        if (f[3] !== "-" && !/^[0-9a-f]{32}$/.test(f[3])) throw new Malformed("bad session id");
+        if (f[3] !== "-" && !isSessionId(f[3])) throw new Malformed("bad session id");
         const problem = clientNameError(f[4]);
         if (problem !== undefined) throw new Malformed(problem);
         return {
