@@ -107,6 +107,7 @@ export class LockServer {
       credentials: options.credentials,
       serving: () =>
         !this.#stopping && (this.#cluster === undefined || this.#cluster.role === "active"),
+      canAdvance: () => this.#cluster?.canAdvance() ?? true,
       replicate: options.cluster === undefined ? undefined : {
         created: (owner) => this.#cluster?.stream.owner(owner),
         gone: (id) => this.#cluster?.stream.ownerGone(id),
@@ -397,7 +398,10 @@ export class LockServer {
         for (const socket of this.#acceptor.clients) socket.prolongHeld();
       },
       promoted: (how) => this.#metrics.promoted(how),
-      resumeTimers: () => this.#ticker.fire(),
+      resumeTimers: () => {
+        this.#ticker.fire();
+        if (this.#cluster?.role === "active") this.#sessions.resumed();
+      },
       roleChanged,
       log: this.#log,
     }, {

@@ -29,6 +29,11 @@ export interface SessionsOptions {
   credentials?(): Credentials | undefined;
   /** Whether this node serves now (releases are the serving node's job). */
   serving(): boolean;
+  /**
+   * Whether timers may settle now: a cluster node that was frozen, or is handing over,
+   * holds still like its lease timers (docs/cluster.md, "Two actives at once"). Default: yes.
+   */
+  canAdvance?(): boolean;
   /** Owners created and forgotten here, for the replication stream. */
   replicate?: { created(owner: Owner): void; gone(id: number): void };
   /** Called after releases (to flush replies and re-arm the lease timer). */
@@ -56,7 +61,13 @@ export class Sessions {
   /** @param options The table, the grace, the clock, credentials and hooks. */
   constructor(options: SessionsOptions) {
     this.#options = options;
-    this.owners = new Owners(options.replicate);
+    this.owners = new Owners({
+      created: (owner) => {
+        options.replicate?.created(owner);
+        this.#created(owner);
+      },
+      gone: options.replicate?.gone,
+    });
     this.grace = new SessionGrace(options.graceMs, () => options.serving());
     this.hello = {
       credentials: options.credentials,
@@ -71,7 +82,7 @@ export class Sessions {
       clock: () => performance.now(),
       afterTick: () => options.released(),
       onError: (error) => options.log.error(`releasing a gone session failed: ${error}`),
-      canAdvance: () => options.serving(),
+      canAdvance: () => options.serving() && (options.canAdvance?.() ?? true),
     });
     this.#sweep = setInterval(() => {
       if (options.serving() && this.owners.size > 0) {
@@ -110,6 +121,17 @@ export class Sessions {
     this.#ticker.arm();
   }
 
+  /**
+   * This node serves again after holding still (a freeze, a handover that did not happen):
+   * the grace periods that ran meanwhile are stale (the clients may have reconnected to a
+   * node that was active in between), so every session with bound grants and no connection
+   * here gets the full grace from now, as after a promotion.
+   */
+  resumed(): void {
+    this.grace.clearDeadlines();
+    this.promoted();
+  }
+
   /** This node no longer serves: no session deadline runs here. */
   demoted(): void {
     this.grace.clearDeadlines();
@@ -121,6 +143,16 @@ export class Sessions {
     clearInterval(this.#sweep);
     for (const timer of this.#later) clearTimeout(timer);
     this.#later.clear();
+  }
+
+  /**
+   * A new owner: on the node that serves, a bound one whose session has no connection here
+   * came with another node's state (two actives merged) and gets its grace from now.
+   */
+  #created(owner: Owner): void {
+    if (!owner.bound || owner.session === undefined || !this.#options.serving()) return;
+    this.grace.expect([owner.session], this.#options.clock());
+    this.#ticker.arm();
   }
 
   #expire(): void {

@@ -1,0 +1,111 @@
+/**
+ * Black-box tests of session-bound locks when two actives meet (docs/protocol.md, "Sessions";
+ * docs/cluster.md, "Two actives at once"): two real `server/main.ts` processes with
+ * `--session-grace 2`, the active paused with `SIGSTOP` while the standby takes over. A
+ * paused node holds its session grace periods still, as its leases, and counts them again
+ * from the moment it serves again; the sessions it takes over from the other node's state get
+ * their grace too.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import { Cluster, replicated, sleep, tokenOf } from "./_cluster.ts";
+import type { LineClient } from "./_helpers.ts";
+import { arrival, newSession } from "./_sessions.ts";
+
+const GRACE_S = 2;
+const GRACE_MS = GRACE_S * 1000;
+const ARGS = ["--session-grace", String(GRACE_S)];
+
+/** Connections opened by a test, closed at its end. */
+const open: LineClient[] = [];
+
+async function closeAll(): Promise<void> {
+  await Promise.all(open.splice(0).map((c) => c.close()));
+}
+
+/** Connects to `member` and says hello with `session`. */
+async function connectAs(
+  member: { connect(): Promise<LineClient> },
+  session: string,
+  name: string,
+): Promise<LineClient> {
+  const c = await member.connect();
+  open.push(c);
+  assert.equal(await c.request(`HELLO 1 ${session} ${name}`), `HELLO ${session} OK`);
+  return c;
+}
+
+Deno.test("cluster (2 nodes): an active paused in a session's grace does not release its lock on waking, and the session keeps it by reconnecting", async () => {
+  await Cluster.run(2, async (cluster) => {
+    const [first, second] = [cluster.at(0), cluster.at(1)];
+    assert.equal(await cluster.waitForOneActive(), first);
+    try {
+      const session = newSession();
+      const holder = await connectAs(first, session, "holder");
+      const token = tokenOf(await holder.request("A pause:k 60 0 s"), "pause:k");
+      await replicated(second, "pause:k", token);
+      // A waiter on the node about to pause, with a wait longer than the whole test's story.
+      const waiter = await connectAs(first, newSession(), "waiter");
+      await waiter.send("A pause:k 60 9");
+      assert.equal(await waiter.request("R pause:other 1"), "R pause:other N"); // it is queued
+      const port = (holder.conn.localAddr as Deno.NetAddr).port;
+      const closing = first.logMark();
+      await holder.close(); // the session's grace starts on the first node ...
+      await first.waitForLog(new RegExp(`:${port} closed the connection`), {
+        since: closing,
+        timeoutMs: 5000,
+      });
+      const closedAt = performance.now();
+      first.pause(); // ... which is paused before it runs out
+      const mark = second.logMark();
+      await second.waitForLog(/ is active \(/, { since: mark, timeoutMs: 5000 });
+      const back = await connectAs(second, session, "holder"); // back in time, on the new active
+      // Wake the first node well after the grace it started would have run out.
+      await sleep(Math.max(0, closedAt + GRACE_MS + 1000 - performance.now()));
+      first.resume();
+      assert.equal(await cluster.waitForOneActive({ timeoutMs: 5000 }), first, "merged back");
+      // Redirected, the session comes back to the first node within its fresh grace.
+      await back.close();
+      const again = await connectAs(first, session, "holder");
+      const answer = await arrival(waiter, 12_000);
+      assert.equal(
+        answer.reply,
+        "A pause:k T",
+        "the session kept its lock: the waiter's wait ran out",
+      );
+      assert.equal(await again.request(`R pause:k ${token}`), "R pause:k R");
+    } finally {
+      await closeAll();
+    }
+  }, { args: ARGS });
+});
+
+Deno.test("cluster (2 nodes): a bound lock taken while the active was paused is released one grace after its session leaves the merged active", async () => {
+  await Cluster.run(2, async (cluster) => {
+    const [first, second] = [cluster.at(0), cluster.at(1)];
+    assert.equal(await cluster.waitForOneActive(), first);
+    try {
+      first.pause();
+      const mark = second.logMark();
+      await second.waitForLog(/ is active \(/, { since: mark, timeoutMs: 5000 });
+      const session = newSession();
+      const holder = await connectAs(second, session, "holder");
+      const token = tokenOf(await holder.request("A pause:m 60 0 s"), "pause:m");
+      first.resume();
+      assert.equal(await cluster.waitForOneActive({ timeoutMs: 5000 }), first, "merged back");
+      await holder.close(); // its only connection, to the node that is now a standby
+      const closedAt = performance.now();
+      const waiter = await connectAs(first, newSession(), "waiter");
+      await waiter.send("A pause:m 60 15");
+      const granted = await arrival(waiter, 20_000);
+      const after = granted.at - closedAt;
+      console.log(`  the merged session's lock was released ${after.toFixed(0)} ms after it left`);
+      assert.ok(tokenOf(granted.reply, "pause:m") > token, "granted with a higher token");
+      assert.ok(after < GRACE_MS + 6000, `released ${after.toFixed(0)} ms after it left`);
+    } finally {
+      await closeAll();
+    }
+  }, { args: ARGS });
+});
