@@ -86,7 +86,12 @@ export function serveHttp(options: ServeHttpOptions): HttpServer {
   let server: ReturnType<typeof serveLasting>;
   try {
     server = serveLasting(
-      { ...asked, tls: options.tls, report: options.report ?? (() => {}) },
+      {
+        ...asked,
+        tls: options.tls,
+        report: options.report ?? (() => {}),
+        failed: (message) => options.onError?.(new Error(message)),
+      },
       handler,
     );
   } catch (error) {

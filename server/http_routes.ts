@@ -258,7 +258,12 @@ export function httpRoutes(source: HttpSource, options: HttpRoutesOptions = {}):
     }
   };
   const route = (request: Request): Response | undefined => {
-    const url = new URL(request.url);
+    let url: URL;
+    try {
+      url = new URL(request.url);
+    } catch {
+      return json(400, { error: "the request's URL is not valid (check the Host header)" });
+    }
     const path = url.pathname;
     if (!HTTP_PATHS.includes(path)) return undefined;
     if (request.method !== "GET" && request.method !== "HEAD") {

@@ -179,6 +179,42 @@ Deno.test("--http answers 404 for other paths, 405 for other methods, 400 for a 
   });
 });
 
+/** Sends `head` (request line and headers) raw to `hostname:port`; returns the whole answer. */
+async function rawHttp(hostname: string, port: number, head: string): Promise<string> {
+  const conn = await Deno.connect({ hostname, port });
+  try {
+    await conn.write(new TextEncoder().encode(`${head}\r\nconnection: close\r\n\r\n`));
+    return await new Response(conn.readable).text();
+  } catch (error) {
+    conn.close();
+    throw error;
+  }
+}
+
+Deno.test("--http and a bridge answer 400 to a Host that makes no URL, without a stack in the log", async () => {
+  await withServer(
+    ["--http", "127.0.0.1:0", "--bridge", "127.0.0.2:0", "--bridge-demo"],
+    async (server, base) => {
+      const bridgePort = Number(/bridge on ws:\/\/127\.0\.0\.2:(\d+)\//.exec(server.ready)![1]);
+      const httpPort = Number(new URL(base).port);
+      for (const host of ["a b", "["]) {
+        const status = await rawHttp(
+          "127.0.0.1",
+          httpPort,
+          `GET /status HTTP/1.1\r\nhost: ${host}`,
+        );
+        assert.match(status, /^HTTP\/1\.1 400 /, status);
+        assert.match(status, /"error":"the request's URL is not valid/);
+        const bridge = await rawHttp("127.0.0.2", bridgePort, `GET / HTTP/1.1\r\nhost: ${host}`);
+        assert.match(bridge, /^HTTP\/1\.1 400 /, bridge);
+      }
+      // Still serving, and nothing but log lines on stderr (no stack trace).
+      assert.equal(((await getJson(`${base}healthz`)) as { status: string }).status, "ok");
+      assert.doesNotMatch(server.stderr(), /TypeError|^\s+at /m);
+    },
+  );
+});
+
 Deno.test("--http and --bridge at the same HOST:PORT share one listener", async () => {
   await withServer(
     ["--http", "127.0.0.1:0", "--bridge", "127.0.0.1:0"],

@@ -56,3 +56,26 @@ Deno.test("serveLasting listens again after a stop, retrying a port taken meanwh
   }
   assert.deepEqual(servers.map((s) => s.shutdowns), [1, 1], "the stopped one's connections too");
 });
+
+Deno.test("serveLasting answers 500 to a request whose handler throws, told once per 10 s with a count", async () => {
+  const failures: string[] = [];
+  const lasting = serveLasting({
+    hostname: "127.0.0.1",
+    port: 0,
+    report: () => {},
+    failed: (message) => failures.push(message),
+  }, () => {
+    throw new TypeError("boom\n    at somewhere (file.ts:1:1)");
+  });
+  try {
+    const url = `http://127.0.0.1:${lasting.addr.port}/`;
+    for (let i = 0; i < 3; i++) {
+      const response = await fetch(url);
+      assert.equal(response.status, 500);
+      assert.equal(await response.text(), "Internal server error\n");
+    }
+    assert.deepEqual(failures, ["a request failed: boom"], "one line, without the stack");
+  } finally {
+    await lasting.shutdown();
+  }
+});

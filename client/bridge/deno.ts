@@ -70,6 +70,7 @@ export function serveBridge(options: ServeBridgeOptions): BridgeServer {
     port: options.port ?? 8080,
     tls: options.tls,
     report: (message) => report(`lockd bridge: ${message}`),
+    failed: (message) => report(`lockd bridge: ${message}`),
   }, handler);
   const addr = server.addr;
   let stopped: Promise<void> | undefined;
@@ -110,6 +111,11 @@ export interface LastingServeOptions {
    * listens again after a stop it was told of (`recovered` true).
    */
   report(message: string, recovered: boolean): void;
+  /**
+   * Told (in one line, at most one every 10 s counting the others) when a request's handler
+   * threw; the request is answered 500. Default: nothing told.
+   */
+  failed?(message: string): void;
   /** How to listen on `port` (tests); default `Deno.serve` with the options above. */
   serve?(port: number): ServedLike;
 }
@@ -145,8 +151,22 @@ export function serveLasting(
   options: LastingServeOptions,
   handler: (request: Request) => Response | Promise<Response>,
 ): LastingServer {
+  // Not Deno's default, which prints the error's stack on stderr for every failed request.
+  let failedAt = -Infinity;
+  let failures = 0;
+  const onError = (error: unknown): Response => {
+    const now = performance.now();
+    if (now - failedAt < REPORT_EVERY_MS) failures++;
+    else {
+      const more = failures > 0 ? ` (${failures} more since the last line)` : "";
+      options.failed?.(`a request failed: ${messageOf(error)}${more}`);
+      failedAt = now;
+      failures = 0;
+    }
+    return new Response("Internal server error\n", { status: 500 });
+  };
   const listen = options.serve ?? ((port: number): ServedLike => {
-    const where = { hostname: options.hostname, port, onListen: () => {} };
+    const where = { hostname: options.hostname, port, onListen: () => {}, onError };
     const tls = options.tls;
     return tls === undefined
       ? Deno.serve(where, handler)

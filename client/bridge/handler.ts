@@ -153,7 +153,12 @@ export function createHandler(options: BridgeOptions, upgrade: UpgradeWebSocket)
   };
 
   const handler = async (request: Request): Promise<Response> => {
-    const url = new URL(request.url);
+    let url: URL;
+    try {
+      url = new URL(request.url);
+    } catch {
+      return plain(request, 400, "Bad request: the URL is not valid (check the Host header)\n");
+    }
     const upgrade = request.headers.get("upgrade")?.toLowerCase() === "websocket";
     if (!upgrade) {
       const get = request.method === "GET" || request.method === "HEAD";
