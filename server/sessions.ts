@@ -40,6 +40,8 @@ export interface SessionsOptions {
   released(): void;
   /** Where gone sessions are reported. */
   log: Logger;
+  /** How often owners that hold and wait for nothing are forgotten, ms. Default 60,000. */
+  sweepMs?: number;
 }
 
 /** How often owners that hold nothing are forgotten, ms. */
@@ -86,9 +88,12 @@ export class Sessions {
     });
     this.#sweep = setInterval(() => {
       if (options.serving() && this.owners.size > 0) {
-        this.owners.sweep(options.table.owners(), (session) => this.grace.live(session));
+        // In use: the owners of grants, and of queued acquires (their grant will name them).
+        const used = options.table.owners();
+        for (const ticket of options.table.queued()) used.add(ticket.waiter?.owner ?? 0);
+        this.owners.sweep(used, (session) => this.grace.live(session));
       }
-    }, SWEEP_MS);
+    }, options.sweepMs ?? SWEEP_MS);
   }
 
   /** Runs `fn` after `ms` (a refused hello's delayed answer); cancelled by {@linkcode stop}. */

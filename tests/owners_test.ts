@@ -224,3 +224,45 @@ Deno.test("SessionGrace on a node that does not serve counts open sessions only,
   assert.deepEqual(grace.due(9000).sort(), [S1, S2]);
   assert.equal(grace.size, 0);
 });
+
+Deno.test("Sessions' sweep keeps the owner of a queued acquire: its grant still names its holder", async () => {
+  const { LockTable } = await import("../server/engine/lock_table.ts");
+  const { Sessions } = await import("../server/sessions.ts");
+  const { silentLogger } = await import("../server/log.ts");
+  type Ticket = import("../server/session.ts").Ticket;
+  let token = 0n;
+  const table = new LockTable<Ticket>({
+    clock: () => performance.now(),
+    nextToken: () => ++token,
+    hooks: { granted: () => {}, timedOut: () => {} },
+  });
+  const sessions = new Sessions({
+    table,
+    graceMs: 5000,
+    clock: () => performance.now(),
+    serving: () => true,
+    released: () => {},
+    log: silentLogger,
+    sweepMs: 10,
+  });
+  try {
+    const holder = sessions.owners.intern("holder", undefined, false);
+    const waiter = sessions.owners.intern("waiter", undefined, false);
+    const idle = sessions.owners.intern("idle", undefined, false);
+    assert.equal(typeof table.acquire("k", 60_000, 0, {} as Ticket, holder.id), "bigint");
+    const ticket = { waiter: undefined } as unknown as Ticket;
+    const queued = table.acquire("k", 60_000, 0, ticket, waiter.id);
+    assert.notEqual(typeof queued, "bigint");
+    ticket.waiter = queued as Ticket["waiter"];
+    const { promise: swept, resolve } = Promise.withResolvers<void>();
+    const check = setInterval(() => sessions.owners.get(idle.id) === undefined && resolve(), 5);
+    await swept;
+    clearInterval(check);
+    assert.equal(sessions.owners.get(holder.id)?.name, "holder");
+    assert.equal(sessions.owners.get(waiter.id)?.name, "waiter", "kept while queued");
+    assert.equal(table.release("k", 1n), true);
+    assert.equal(sessions.owners.get(table.holder("k")!.owner)?.name, "waiter");
+  } finally {
+    sessions.stop();
+  }
+});
