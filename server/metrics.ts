@@ -109,6 +109,18 @@ export class Metrics {
   }
 
   /**
+   * {@linkcode counts} as a cluster node's lock table adds to them: leases that run out are
+   * counted only while `serving()`. A standby's replica settles the leases it mirrors as
+   * they run out, racing the active's own count of the same leases, and grants nothing.
+   */
+  tableCounts(serving: () => boolean): LockCounts {
+    return new Proxy(this.counts, {
+      set: (target, key, value) =>
+        key !== "expirations" || serving() ? Reflect.set(target, key, value) : true,
+    });
+  }
+
+  /**
    * A request line arrives: counts it, and returns the time it started (ms) if it is to be
    * timed, else -1. Pass a start to {@linkcode answered} once it is answered at once.
    */

@@ -91,7 +91,9 @@ export class LockServer {
     this.#table = new LockTable<Ticket>({
       clock,
       nextToken: () => tokens.next(),
-      counts: metrics.counts,
+      counts: options.cluster === undefined
+        ? metrics.counts
+        : metrics.tableCounts(() => this.#cluster?.role === "active"),
       // Only a cluster's active needs the change feed: a single node skips its cost.
       hooks: options.cluster === undefined ? ticketHooks : {
         ...ticketHooks,

@@ -68,6 +68,16 @@ Deno.test("cluster (2 nodes): /readyz is 200 on the active and the in-sync stand
     // A standby's /locks shows its replica of the active's locks.
     const replica = (await get(`${standbyBase}locks`)).body as { locks: { key: string }[] };
     assert.deepEqual(replica.locks.map((l) => l.key), ["job:1"]);
+    // A lease that runs out is counted by the active only, not again by the standby's replica.
+    const short = tokenOf(await active.request("A job:short 0.2 0"), "job:short");
+    await replicated(standby, "job:short", short);
+    const keysOn = async (base: string) =>
+      ((await get(`${base}locks`)).body as { locks: { key: string }[] }).locks.map((l) => l.key);
+    await waitFor(async () => {
+      const counts = ((await get(`${activeBase}status`)).body as NodeStatus).counts;
+      return counts.expirations === 1 && (await keysOn(standbyBase)).length === 1;
+    }, "the short lease run out on both nodes");
+    assert.equal(((await get(`${standbyBase}status`)).body as NodeStatus).counts.expirations, 0);
 
     await active.kill("SIGKILL");
     await waitFor(async () => {

@@ -217,3 +217,19 @@ Deno.test("renderPrometheus() labels each peer, with the lag only where it is kn
   assert.equal(sample(text, "lockd_replication_degraded"), "1");
   assert.equal(sample(text, 'lockd_replication_mode{mode="sync"}'), "1");
 });
+
+Deno.test("Metrics tableCounts() adds a table's expirations only while the node serves", () => {
+  const metrics = new Metrics({ clock: () => 0 });
+  let serving = false;
+  const counts = metrics.tableCounts(() => serving);
+  counts.expirations++;
+  counts.grants++;
+  assert.deepEqual(
+    { ...metrics.counts },
+    { grants: 1, releases: 0, extends: 0, expirations: 0, timeouts: 0 },
+  );
+  serving = true;
+  counts.expirations++;
+  assert.equal(metrics.counts.expirations, 1);
+  assert.equal(counts.expirations, 1);
+});
