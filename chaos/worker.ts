@@ -154,7 +154,11 @@ async function main(): Promise<void> {
   const reporter = new Reporter(await Deno.connect({ hostname, port: Number(port) }), worker);
   // With no connection up, the client allows one connection attempt past an acquire's wait
   // (docs/client.md): 1 s, not the default 3 s, keeps that within the past-wait check.
-  const client = new LockClient(values.nodes!.split(","), { connectTimeoutMs: 1000 });
+  // Odd workers bind their locks to their session: its grace must hold them through faults.
+  const client = new LockClient(values.nodes!.split(","), {
+    connectTimeoutMs: 1000,
+    sessionLocks: worker % 2 === 1,
+  });
   const stop = new AbortController();
   const onStop = () => stop.abort();
   Deno.addSignalListener("SIGTERM", onStop);
