@@ -8,6 +8,8 @@
  * @module
  */
 
+import { timers } from "./timer.ts";
+
 /** Requests on their way, and rejections held while the client closes. */
 export class CloseGate {
   #inflight = 0;
@@ -15,14 +17,19 @@ export class CloseGate {
   /** Rejections held since `close()` began; `undefined` while open or once closed. */
   #held: (() => void)[] | undefined;
 
-  /** A request is on its way. */
+  /**
+   * A request is on its way. While any is, the client's timers keep their runtime timer
+   * armed (client/timer.ts): the lock it may bring back schedules its lease warning there.
+   */
   begin(): void {
-    this.#inflight++;
+    if (this.#inflight++ === 0) timers.hold();
   }
 
   /** A request that began has ended. */
   end(): void {
-    if (--this.#inflight === 0) this.#idle?.();
+    if (--this.#inflight > 0) return;
+    timers.unhold();
+    this.#idle?.();
   }
 
   /** Rejects with `error` now, or, while the client closes, when `close()` ends. */

@@ -7,8 +7,9 @@
  * Arming and cancelling an entry here costs a heap push or removal. The runtime timer is
  * armed at most {@linkcode HORIZON_MS} ahead, so an entry due later than that never re-arms
  * it (it fires early, finds nothing due and re-arms); and when the last entry is cancelled
- * it is cleared only if no entry came back within a few microtasks, so a client that takes
- * one lock at a time, whose next entry follows its last at once, keeps the same one.
+ * it is cleared only once no request is outstanding ({@linkcode TimerQueue.hold}) and no
+ * entry came back within a few microtasks, so a client that takes one lock at a time keeps
+ * the same one from cycle to cycle.
  *
  * Any delay works: `setTimeout` cannot wait longer than 2^31-1 ms (about 24.8 days) and
  * fires at once when asked to, so a long wait or lease would end immediately; the queue
@@ -79,6 +80,8 @@ export class TimerQueue {
   #run = () => this.#fire();
   /** Microtasks left before an empty queue clears its runtime timer (0: not waiting). */
   #idleChecks = 0;
+  /** Requests outstanding ({@linkcode hold}). */
+  #holds = 0;
   #idleCheck = () => this.#idle();
 
   /** @param weak Whether its runtime timer lets the process exit. */
@@ -108,12 +111,21 @@ export class TimerQueue {
   /** Cancels `entry` if it is scheduled here. */
   cancel(entry: TimerEntry): void {
     if (!this.#heap.remove(entry)) return;
-    // Nothing left: the runtime timer must not keep the process alive (or a test's timer
-    // sanitizer busy), but the next entry often comes a few microtasks later: wait for it.
-    if (this.#heap.size === 0 && !this.#firing && this.#idleChecks === 0) {
-      this.#idleChecks = IDLE_MICROTASKS;
-      queueMicrotask(this.#idleCheck);
-    }
+    if (this.#heap.size === 0 && !this.#firing) this.#emptied();
+  }
+
+  /**
+   * A request is outstanding: while one is, an empty queue keeps its runtime timer (the
+   * request's connection keeps the process alive anyway), so a lock taken one round trip
+   * later finds it armed. Each call needs one {@linkcode unhold}.
+   */
+  hold(): void {
+    this.#holds++;
+  }
+
+  /** A request held with {@linkcode hold} ended. */
+  unhold(): void {
+    if (--this.#holds === 0 && this.#heap.size === 0 && !this.#firing) this.#emptied();
   }
 
   /** Whether `entry` is scheduled here. */
@@ -121,9 +133,19 @@ export class TimerQueue {
     return this.#heap.has(entry);
   }
 
+  /**
+   * Nothing left: the runtime timer must not keep the process alive (or a test's timer
+   * sanitizer busy), but the next entry often comes a few microtasks later: wait for it.
+   */
+  #emptied(): void {
+    if (this.#holds > 0 || this.#idleChecks > 0) return;
+    this.#idleChecks = IDLE_MICROTASKS;
+    queueMicrotask(this.#idleCheck);
+  }
+
   /** Clears the runtime timer once the queue stayed empty for {@linkcode IDLE_MICROTASKS}. */
   #idle(): void {
-    if (this.#heap.size > 0 || this.#timer === undefined) this.#idleChecks = 0;
+    if (this.#heap.size > 0 || this.#holds > 0 || this.#timer === undefined) this.#idleChecks = 0;
     else if (--this.#idleChecks > 0) queueMicrotask(this.#idleCheck);
     else {
       this.#idleChecks = 0;

@@ -748,6 +748,8 @@ var TimerQueue = class {
   #run = () => this.#fire();
   /** Microtasks left before an empty queue clears its runtime timer (0: not waiting). */
   #idleChecks = 0;
+  /** Requests outstanding ({@linkcode hold}). */
+  #holds = 0;
   #idleCheck = () => this.#idle();
   /** @param weak Whether its runtime timer lets the process exit. */
   constructor(weak) {
@@ -773,18 +775,36 @@ var TimerQueue = class {
   /** Cancels `entry` if it is scheduled here. */
   cancel(entry) {
     if (!this.#heap.remove(entry)) return;
-    if (this.#heap.size === 0 && !this.#firing && this.#idleChecks === 0) {
-      this.#idleChecks = IDLE_MICROTASKS;
-      queueMicrotask(this.#idleCheck);
-    }
+    if (this.#heap.size === 0 && !this.#firing) this.#emptied();
+  }
+  /**
+   * A request is outstanding: while one is, an empty queue keeps its runtime timer (the
+   * request's connection keeps the process alive anyway), so a lock taken one round trip
+   * later finds it armed. Each call needs one {@linkcode unhold}.
+   */
+  hold() {
+    this.#holds++;
+  }
+  /** A request held with {@linkcode hold} ended. */
+  unhold() {
+    if (--this.#holds === 0 && this.#heap.size === 0 && !this.#firing) this.#emptied();
   }
   /** Whether `entry` is scheduled here. */
   scheduled(entry) {
     return this.#heap.has(entry);
   }
+  /**
+   * Nothing left: the runtime timer must not keep the process alive (or a test's timer
+   * sanitizer busy), but the next entry often comes a few microtasks later: wait for it.
+   */
+  #emptied() {
+    if (this.#holds > 0 || this.#idleChecks > 0) return;
+    this.#idleChecks = IDLE_MICROTASKS;
+    queueMicrotask(this.#idleCheck);
+  }
   /** Clears the runtime timer once the queue stayed empty for {@linkcode IDLE_MICROTASKS}. */
   #idle() {
-    if (this.#heap.size > 0 || this.#timer === void 0) this.#idleChecks = 0;
+    if (this.#heap.size > 0 || this.#holds > 0 || this.#timer === void 0) this.#idleChecks = 0;
     else if (--this.#idleChecks > 0) queueMicrotask(this.#idleCheck);
     else {
       this.#idleChecks = 0;
@@ -2351,13 +2371,18 @@ var CloseGate = class {
   #idle;
   /** Rejections held since `close()` began; `undefined` while open or once closed. */
   #held;
-  /** A request is on its way. */
+  /**
+   * A request is on its way. While any is, the client's timers keep their runtime timer
+   * armed (client/timer.ts): the lock it may bring back schedules its lease warning there.
+   */
   begin() {
-    this.#inflight++;
+    if (this.#inflight++ === 0) timers.hold();
   }
   /** A request that began has ended. */
   end() {
-    if (--this.#inflight === 0) this.#idle?.();
+    if (--this.#inflight > 0) return;
+    timers.unhold();
+    this.#idle?.();
   }
   /** Rejects with `error` now, or, while the client closes, when `close()` ends. */
   fail(reject, error) {
