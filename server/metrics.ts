@@ -60,6 +60,12 @@ export interface MetricsOptions {
   now?(): number;
   /** Time one request in this many. Default 16. */
   sampleEvery?: number;
+  /**
+   * Whether leases that run out count now. A cluster standby's replica settles the leases
+   * it mirrors as they run out, racing the active's own count of the same leases (and it
+   * grants nothing): it counts none. Default: always.
+   */
+  countsExpirations?(): boolean;
 }
 
 /** The E reason of a refusal or error message that is the same for every request. */
@@ -72,7 +78,7 @@ export function reasonOf(message: string): RejectionReason {
 /** A node's counters, histogram and grant rate. */
 export class Metrics {
   /** Counted by the lock table (give it to `LockTable` as `counts`). */
-  readonly counts: LockCounts = { grants: 0, releases: 0, extends: 0, expirations: 0, timeouts: 0 };
+  readonly counts: LockCounts;
   /** `E` replies by reason. */
   readonly rejections: Record<RejectionReason, number> = Object.fromEntries(
     REJECTION_REASONS.map((reason) => [reason, 0]),
@@ -101,23 +107,26 @@ export class Metrics {
 
   /** @param options The clocks, and how often a request is timed. */
   constructor(options: MetricsOptions) {
+    // Plain fields, but for expirations (rare), which counts only when the option says so.
+    let expirations = 0;
+    const counting = options.countsExpirations;
+    this.counts = {
+      grants: 0,
+      releases: 0,
+      extends: 0,
+      get expirations() {
+        return expirations;
+      },
+      set expirations(n: number) {
+        if (counting?.() ?? true) expirations = n;
+      },
+      timeouts: 0,
+    };
     this.#clock = options.clock;
     this.#now = options.now ?? options.clock;
     this.sampleEvery = Math.max(1, Math.floor(options.sampleEvery ?? 16));
     this.#countdown = this.sampleEvery;
     this.#second = Math.floor(this.#clock() / 1000);
-  }
-
-  /**
-   * {@linkcode counts} as a cluster node's lock table adds to them: leases that run out are
-   * counted only while `serving()`. A standby's replica settles the leases it mirrors as
-   * they run out, racing the active's own count of the same leases, and grants nothing.
-   */
-  tableCounts(serving: () => boolean): LockCounts {
-    return new Proxy(this.counts, {
-      set: (target, key, value) =>
-        key !== "expirations" || serving() ? Reflect.set(target, key, value) : true,
-    });
   }
 
   /**

@@ -87,13 +87,12 @@ export class LockServer {
     const metrics = this.#metrics = new Metrics({
       clock,
       now: options.clock ?? (() => performance.now()),
+      countsExpirations: () => this.#cluster === undefined || this.#cluster.role === "active",
     });
     this.#table = new LockTable<Ticket>({
       clock,
       nextToken: () => tokens.next(),
-      counts: options.cluster === undefined
-        ? metrics.counts
-        : metrics.tableCounts(() => this.#cluster?.role === "active"),
+      counts: metrics.counts,
       // Only a cluster's active needs the change feed: a single node skips its cost.
       hooks: options.cluster === undefined ? ticketHooks : {
         ...ticketHooks,
@@ -404,6 +403,7 @@ export class LockServer {
         this.#ticker.fire();
         if (this.#cluster?.role === "active") this.#sessions.resumed();
       },
+      merged: () => this.#sessions.promoted(),
       roleChanged,
       log: this.#log,
     }, {

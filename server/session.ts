@@ -46,6 +46,9 @@ import {
   type SessionContext,
 } from "./session_context.ts";
 
+const FULL_CONNECTION = "too many queued acquires on this connection";
+const FULL_SERVER = "too many queued acquires on this server";
+
 /** One queued acquire: its place among the replies of its key. */
 export class Ticket implements OrderedReply {
   /** The reply once decided; `undefined` while the acquire is queued. */
@@ -208,10 +211,12 @@ export class ClientSession implements LineHandler {
    */
   #full(key: string): string | undefined {
     const table = this.#ctx.table;
-    const connection = this.#waiting >= MAX_QUEUED_PER_CONNECTION;
-    if (!connection && table.waiting < (this.#ctx.maxWaiters ?? DEFAULT_MAX_WAITERS)) return;
+    const max = this.#ctx.maxWaiters ?? DEFAULT_MAX_WAITERS;
+    if (this.#waiting < MAX_QUEUED_PER_CONNECTION && table.waiting < max) return;
+    // At a cap: holder() settles what is due first (a wait that ran out frees its place).
     if (table.holder(key) === undefined) return;
-    return `too many queued acquires on this ${connection ? "connection" : "server"}`;
+    if (this.#waiting >= MAX_QUEUED_PER_CONNECTION) return FULL_CONNECTION;
+    if (table.waiting >= max) return FULL_SERVER;
   }
 
   /** `I` and `L` (served like any request: gate, prefix), and `S` (answered in every role). */

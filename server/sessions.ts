@@ -63,13 +63,7 @@ export class Sessions {
   /** @param options The table, the grace, the clock, credentials and hooks. */
   constructor(options: SessionsOptions) {
     this.#options = options;
-    this.owners = new Owners({
-      created: (owner) => {
-        options.replicate?.created(owner);
-        this.#created(owner);
-      },
-      gone: options.replicate?.gone,
-    });
+    this.owners = new Owners(options.replicate);
     this.grace = new SessionGrace(options.graceMs, () => options.serving());
     this.hello = {
       credentials: options.credentials,
@@ -111,8 +105,9 @@ export class Sessions {
   }
 
   /**
-   * This node became active: sessions with bound grants and no connection here get the full
-   * grace from now (clients that reconnect in time keep their locks).
+   * This node became active, or merged another active's state: sessions with bound grants
+   * and no connection here get the full grace from now (clients that reconnect in time keep
+   * their locks), those already counting keep theirs.
    */
   promoted(): void {
     const bound = new Set<string>();
@@ -128,12 +123,12 @@ export class Sessions {
 
   /**
    * This node serves again after holding still (a freeze, a handover that did not happen):
-   * the grace periods that ran meanwhile are stale (the clients may have reconnected to a
-   * node that was active in between), so every session with bound grants and no connection
-   * here gets the full grace from now, as after a promotion.
+   * a grace period that ran out meanwhile is stale (its client may have reconnected to a
+   * node that was active in between) and starts again in full from now, as after a
+   * promotion; so does the grace of every session with bound grants and no connection here.
    */
   resumed(): void {
-    this.grace.clearDeadlines();
+    this.grace.renewDue(this.#options.clock());
     this.promoted();
   }
 
@@ -148,16 +143,6 @@ export class Sessions {
     clearInterval(this.#sweep);
     for (const timer of this.#later) clearTimeout(timer);
     this.#later.clear();
-  }
-
-  /**
-   * A new owner: on the node that serves, a bound one whose session has no connection here
-   * came with another node's state (two actives merged) and gets its grace from now.
-   */
-  #created(owner: Owner): void {
-    if (!owner.bound || owner.session === undefined || !this.#options.serving()) return;
-    this.grace.expect([owner.session], this.#options.clock());
-    this.#ticker.arm();
   }
 
   #expire(): void {

@@ -11,7 +11,7 @@
 
 import assert from "node:assert/strict";
 import { Cluster, replicated, sleep, tokenOf } from "./_cluster.ts";
-import type { LineClient } from "./_helpers.ts";
+import { type LineClient, waitFor } from "./_helpers.ts";
 import { arrival, newSession } from "./_sessions.ts";
 
 const GRACE_S = 2;
@@ -97,6 +97,48 @@ Deno.test("cluster (2 nodes): a bound lock taken while the active was paused is 
       assert.equal(await cluster.waitForOneActive({ timeoutMs: 5000 }), first, "merged back");
       await holder.close(); // its only connection, to the node that is now a standby
       const closedAt = performance.now();
+      const waiter = await connectAs(first, newSession(), "waiter");
+      await waiter.send("A pause:m 60 15");
+      const granted = await arrival(waiter, 20_000);
+      const after = granted.at - closedAt;
+      console.log(`  the merged session's lock was released ${after.toFixed(0)} ms after it left`);
+      assert.ok(tokenOf(granted.reply, "pause:m") > token, "granted with a higher token");
+      assert.ok(after < GRACE_MS + 6000, `released ${after.toFixed(0)} ms after it left`);
+    } finally {
+      await closeAll();
+    }
+  }, { args: ARGS });
+});
+
+Deno.test("cluster (2 nodes): a bound lock merged into an active that already knew its owner is released one grace after its session leaves", async () => {
+  await Cluster.run(2, async (cluster) => {
+    const [first, second] = [cluster.at(0), cluster.at(1)];
+    assert.equal(await cluster.waitForOneActive(), first);
+    try {
+      const session = newSession();
+      // The first node learns the session's owner (kept there until the sweep, 60 s later).
+      const early = await connectAs(first, session, "holder");
+      const earlyToken = tokenOf(await early.request("A pause:pre 60 0 s"), "pause:pre");
+      assert.equal(await early.request(`R pause:pre ${earlyToken}`), "R pause:pre R");
+      await early.close();
+      first.pause();
+      const mark = second.logMark();
+      await second.waitForLog(/ is active \(/, { since: mark, timeoutMs: 5000 });
+      const holder = await connectAs(second, session, "holder");
+      const token = tokenOf(await holder.request("A pause:m 60 0 s"), "pause:m");
+      // Now the second node pauses, and the first serves again on its own, no longer frozen.
+      second.pause();
+      first.resume();
+      await waitFor(
+        async () => (await first.request("R pause:probe 1")) === "R pause:probe N",
+        "the first node serving again",
+        8000,
+        50,
+      );
+      await holder.close(); // the session's only connection, to the paused second node
+      const closedAt = performance.now();
+      second.resume(); // two actives: the second hands its state over to the first (a merge)
+      assert.equal(await cluster.waitForOneActive({ timeoutMs: 8000 }), first, "merged back");
       const waiter = await connectAs(first, newSession(), "waiter");
       await waiter.send("A pause:m 60 15");
       const granted = await arrival(waiter, 20_000);

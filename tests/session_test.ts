@@ -42,6 +42,8 @@ interface Harness {
   ctx: SessionContext;
   /** Sets the fake clock (ms) and settles what is due, as the server's lease timer does. */
   at(ms: number): void;
+  /** Sets the fake clock (ms) only: what is due waits for a request (a late lease timer). */
+  clockOnly(ms: number): void;
   /** What the gate answers. */
   gate: Gate;
   /** Lines parked by the gate, with their session. */
@@ -69,6 +71,9 @@ function harness(): Harness {
     at(ms) {
       now = ms;
       h.table.advance();
+    },
+    clockOnly(ms) {
+      now = ms;
     },
     gate: { kind: "serve" },
     parked: [],
@@ -419,4 +424,20 @@ Deno.test("ClientSession refuses an acquire that would queue past the connection
   assert.deepEqual(sink.take(), ["A other A 3"], "a free key is still granted");
   h.connect().session.line("A h 30 0");
   assert.equal(h.table.waiting, MAX_QUEUED_PER_CONNECTION + 1, "other connections still queue");
+});
+
+Deno.test("ClientSession settles a wait that ran out before checking the caps: its place is free", () => {
+  const h = harness();
+  h.ctx.maxWaiters = 1;
+  const a = h.connect();
+  const b = h.connect();
+  const c = h.connect();
+  a.session.line("A k 60 0");
+  b.session.line("A k 60 0.1"); // queued, its wait runs out at 100 ms
+  h.clockOnly(200); // ... and the lease timer has not run yet
+  c.session.line("A k 60 0");
+  assert.deepEqual(b.sink.take(), ["A k T"], "the run-out wait is answered first");
+  assert.deepEqual(c.sink.take(), [], "queued in the place it freed");
+  assert.equal(h.table.waiting, 1);
+  assert.deepEqual(a.sink.take(), ["A k A 1"]);
 });

@@ -69,9 +69,8 @@ export class ClusterNode implements PeerReceiver {
     this.#io = io;
     this.#self = options.self;
     this.#priority = options.peers.indexOf(options.self);
-    const now = port.clock();
-    this.#lastActiveSeen = now;
-    this.#freeze = new FreezeDetector(now, options.failoverTimeoutMs / 2);
+    this.#lastActiveSeen = port.clock();
+    this.#freeze = new FreezeDetector(this.#lastActiveSeen, options.failoverTimeoutMs / 2);
     this.#peers = new PeerViews(options.peers, options.self, options.failoverTimeoutMs);
     const ctx = {
       ...io,
@@ -116,6 +115,7 @@ export class ClusterNode implements PeerReceiver {
       },
       merged: (from, lastToken) => {
         this.replica.raiseFloor(lastToken + 1n); // it covers that activation: rank strictly above
+        port.merged?.();
         // A frozen node may resume at once; a step-down waits for the tick (after TAKEN).
         const since = this.#freeze.merged(from);
         if (since !== undefined) this.#settleFreeze(since, port.clock(), true);

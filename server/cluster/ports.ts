@@ -89,6 +89,8 @@ export interface ServerPort {
   prolongHeld?(): void;
   /** Lease timers may run again: settle what is due and re-arm. */
   resumeTimers(): void;
+  /** Another active's state was merged into this node's (its sessions need their grace). */
+  merged?(): void;
   /** Called on every role change, with a readable description. */
   roleChanged(role: Role, description: string): void;
   /** This node becomes active after the active was lost (`failover`) or by a handover (metrics). */
