@@ -10,7 +10,7 @@
  */
 
 import assert from "node:assert/strict";
-import { Cluster, replicated, sleep, tokenOf } from "./_cluster.ts";
+import { Cluster, type Member, replicated, sleep, tokenOf } from "./_cluster.ts";
 import { type LineClient, waitFor } from "./_helpers.ts";
 import { arrival, newSession } from "./_sessions.ts";
 
@@ -23,6 +23,43 @@ const open: LineClient[] = [];
 
 async function closeAll(): Promise<void> {
   await Promise.all(open.splice(0).map((c) => c.close()));
+}
+
+/**
+ * Runs `fn` on a 2-node cluster with `--session-grace 2` whose first node is active, closing
+ * the test's connections at the end.
+ */
+function withTwo(fn: (first: Member, second: Member, cluster: Cluster) => Promise<void>) {
+  return Cluster.run(2, async (cluster) => {
+    const [first, second] = [cluster.at(0), cluster.at(1)];
+    assert.equal(await cluster.waitForOneActive(), first);
+    try {
+      await fn(first, second, cluster);
+    } finally {
+      await closeAll();
+    }
+  }, { args: ARGS });
+}
+
+/** Pauses `first` and waits until `second` took over. */
+async function pauseFor(first: Member, second: Member): Promise<void> {
+  first.pause();
+  const mark = second.logMark();
+  await second.waitForLog(/ is active \(/, { since: mark, timeoutMs: 5000 });
+}
+
+/**
+ * Asserts that a waiter on `active` gets `key` (above `token`) about one grace after its
+ * session's last connection closed at `closedAt`.
+ */
+async function releasedAfterGrace(active: Member, key: string, token: bigint, closedAt: number) {
+  const waiter = await connectAs(active, newSession(), "waiter");
+  await waiter.send(`A ${key} 60 15`);
+  const granted = await arrival(waiter, 20_000);
+  const after = granted.at - closedAt;
+  console.log(`  the merged session's lock was released ${after.toFixed(0)} ms after it left`);
+  assert.ok(tokenOf(granted.reply, key) > token, "granted with a higher token");
+  assert.ok(after < GRACE_MS + 6000, `released ${after.toFixed(0)} ms after it left`);
 }
 
 /** Connects to `member` and says hello with `session`. */
@@ -38,116 +75,74 @@ async function connectAs(
 }
 
 Deno.test("cluster (2 nodes): an active paused in a session's grace does not release its lock on waking, and the session keeps it by reconnecting", async () => {
-  await Cluster.run(2, async (cluster) => {
-    const [first, second] = [cluster.at(0), cluster.at(1)];
-    assert.equal(await cluster.waitForOneActive(), first);
-    try {
-      const session = newSession();
-      const holder = await connectAs(first, session, "holder");
-      const token = tokenOf(await holder.request("A pause:k 60 0 s"), "pause:k");
-      await replicated(second, "pause:k", token);
-      // A waiter on the node about to pause, with a wait longer than the whole test's story.
-      const waiter = await connectAs(first, newSession(), "waiter");
-      await waiter.send("A pause:k 60 9");
-      assert.equal(await waiter.request("R pause:other 1"), "R pause:other N"); // it is queued
-      const port = (holder.conn.localAddr as Deno.NetAddr).port;
-      const closing = first.logMark();
-      await holder.close(); // the session's grace starts on the first node ...
-      await first.waitForLog(new RegExp(`:${port} closed the connection`), {
-        since: closing,
-        timeoutMs: 5000,
-      });
-      const closedAt = performance.now();
-      first.pause(); // ... which is paused before it runs out
-      const mark = second.logMark();
-      await second.waitForLog(/ is active \(/, { since: mark, timeoutMs: 5000 });
-      const back = await connectAs(second, session, "holder"); // back in time, on the new active
-      // Wake the first node well after the grace it started would have run out.
-      await sleep(Math.max(0, closedAt + GRACE_MS + 1000 - performance.now()));
-      first.resume();
-      assert.equal(await cluster.waitForOneActive({ timeoutMs: 5000 }), first, "merged back");
-      // Redirected, the session comes back to the first node within its fresh grace.
-      await back.close();
-      const again = await connectAs(first, session, "holder");
-      const answer = await arrival(waiter, 12_000);
-      assert.equal(
-        answer.reply,
-        "A pause:k T",
-        "the session kept its lock: the waiter's wait ran out",
-      );
-      assert.equal(await again.request(`R pause:k ${token}`), "R pause:k R");
-    } finally {
-      await closeAll();
-    }
-  }, { args: ARGS });
+  await withTwo(async (first, second, cluster) => {
+    const session = newSession();
+    const holder = await connectAs(first, session, "holder");
+    const token = tokenOf(await holder.request("A pause:k 60 0 s"), "pause:k");
+    await replicated(second, "pause:k", token);
+    // A waiter on the node about to pause, with a wait longer than the whole test's story.
+    const waiter = await connectAs(first, newSession(), "waiter");
+    await waiter.send("A pause:k 60 9");
+    assert.equal(await waiter.request("R pause:other 1"), "R pause:other N"); // it is queued
+    const port = (holder.conn.localAddr as Deno.NetAddr).port;
+    const closing = first.logMark();
+    await holder.close(); // the session's grace starts on the first node ...
+    await first.waitForLog(new RegExp(`:${port} closed the connection`), {
+      since: closing,
+      timeoutMs: 5000,
+    });
+    const closedAt = performance.now();
+    await pauseFor(first, second); // ... which is paused before it runs out
+    const back = await connectAs(second, session, "holder"); // back in time, on the new active
+    // Wake the first node well after the grace it started would have run out.
+    await sleep(Math.max(0, closedAt + GRACE_MS + 1000 - performance.now()));
+    first.resume();
+    assert.equal(await cluster.waitForOneActive({ timeoutMs: 5000 }), first, "merged back");
+    // Redirected, the session comes back to the first node within its fresh grace.
+    await back.close();
+    const again = await connectAs(first, session, "holder");
+    const answer = await arrival(waiter, 12_000);
+    assert.equal(
+      answer.reply,
+      "A pause:k T",
+      "the session kept its lock: the waiter's wait ran out",
+    );
+    assert.equal(await again.request(`R pause:k ${token}`), "R pause:k R");
+  });
 });
 
 Deno.test("cluster (2 nodes): a bound lock taken while the active was paused is released one grace after its session leaves the merged active", async () => {
-  await Cluster.run(2, async (cluster) => {
-    const [first, second] = [cluster.at(0), cluster.at(1)];
-    assert.equal(await cluster.waitForOneActive(), first);
-    try {
-      first.pause();
-      const mark = second.logMark();
-      await second.waitForLog(/ is active \(/, { since: mark, timeoutMs: 5000 });
-      const session = newSession();
-      const holder = await connectAs(second, session, "holder");
-      const token = tokenOf(await holder.request("A pause:m 60 0 s"), "pause:m");
-      first.resume();
-      assert.equal(await cluster.waitForOneActive({ timeoutMs: 5000 }), first, "merged back");
-      await holder.close(); // its only connection, to the node that is now a standby
-      const closedAt = performance.now();
-      const waiter = await connectAs(first, newSession(), "waiter");
-      await waiter.send("A pause:m 60 15");
-      const granted = await arrival(waiter, 20_000);
-      const after = granted.at - closedAt;
-      console.log(`  the merged session's lock was released ${after.toFixed(0)} ms after it left`);
-      assert.ok(tokenOf(granted.reply, "pause:m") > token, "granted with a higher token");
-      assert.ok(after < GRACE_MS + 6000, `released ${after.toFixed(0)} ms after it left`);
-    } finally {
-      await closeAll();
-    }
-  }, { args: ARGS });
+  await withTwo(async (first, second, cluster) => {
+    await pauseFor(first, second);
+    const holder = await connectAs(second, newSession(), "holder");
+    const token = tokenOf(await holder.request("A pause:m 60 0 s"), "pause:m");
+    first.resume();
+    assert.equal(await cluster.waitForOneActive({ timeoutMs: 5000 }), first, "merged back");
+    await holder.close(); // its only connection, to the node that is now a standby
+    await releasedAfterGrace(first, "pause:m", token, performance.now());
+  });
 });
 
 Deno.test("cluster (2 nodes): a bound lock merged into an active that already knew its owner is released one grace after its session leaves", async () => {
-  await Cluster.run(2, async (cluster) => {
-    const [first, second] = [cluster.at(0), cluster.at(1)];
-    assert.equal(await cluster.waitForOneActive(), first);
-    try {
-      const session = newSession();
-      // The first node learns the session's owner (kept there until the sweep, 60 s later).
-      const early = await connectAs(first, session, "holder");
-      const earlyToken = tokenOf(await early.request("A pause:pre 60 0 s"), "pause:pre");
-      assert.equal(await early.request(`R pause:pre ${earlyToken}`), "R pause:pre R");
-      await early.close();
-      first.pause();
-      const mark = second.logMark();
-      await second.waitForLog(/ is active \(/, { since: mark, timeoutMs: 5000 });
-      const holder = await connectAs(second, session, "holder");
-      const token = tokenOf(await holder.request("A pause:m 60 0 s"), "pause:m");
-      // Now the second node pauses, and the first serves again on its own, no longer frozen.
-      second.pause();
-      first.resume();
-      await waitFor(
-        async () => (await first.request("R pause:probe 1")) === "R pause:probe N",
-        "the first node serving again",
-        8000,
-        50,
-      );
-      await holder.close(); // the session's only connection, to the paused second node
-      const closedAt = performance.now();
-      second.resume(); // two actives: the second hands its state over to the first (a merge)
-      assert.equal(await cluster.waitForOneActive({ timeoutMs: 8000 }), first, "merged back");
-      const waiter = await connectAs(first, newSession(), "waiter");
-      await waiter.send("A pause:m 60 15");
-      const granted = await arrival(waiter, 20_000);
-      const after = granted.at - closedAt;
-      console.log(`  the merged session's lock was released ${after.toFixed(0)} ms after it left`);
-      assert.ok(tokenOf(granted.reply, "pause:m") > token, "granted with a higher token");
-      assert.ok(after < GRACE_MS + 6000, `released ${after.toFixed(0)} ms after it left`);
-    } finally {
-      await closeAll();
-    }
-  }, { args: ARGS });
+  await withTwo(async (first, second, cluster) => {
+    const session = newSession();
+    // The first node learns the session's owner (kept there until the sweep, 60 s later).
+    const early = await connectAs(first, session, "holder");
+    const earlyToken = tokenOf(await early.request("A pause:pre 60 0 s"), "pause:pre");
+    assert.equal(await early.request(`R pause:pre ${earlyToken}`), "R pause:pre R");
+    await early.close();
+    await pauseFor(first, second);
+    const holder = await connectAs(second, session, "holder");
+    const token = tokenOf(await holder.request("A pause:m 60 0 s"), "pause:m");
+    // Now the second node pauses, and the first serves again on its own, no longer frozen.
+    second.pause();
+    first.resume();
+    const serving = async () => (await first.request("R pause:probe 1")) === "R pause:probe N";
+    await waitFor(serving, "the first node serving again", 8000, 50);
+    await holder.close(); // the session's only connection, to the paused second node
+    const closedAt = performance.now();
+    second.resume(); // two actives: the second hands its state over to the first (a merge)
+    assert.equal(await cluster.waitForOneActive({ timeoutMs: 8000 }), first, "merged back");
+    await releasedAfterGrace(first, "pause:m", token, closedAt);
+  });
 });
