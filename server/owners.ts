@@ -188,16 +188,6 @@ export class SessionGrace {
     }
   }
 
-  /**
-   * Grace periods that ran out by `now` without being settled (the node held still: frozen,
-   * or handing over) start again, in full from `now`; the others keep their deadline.
-   */
-  renewDue(now: number): void {
-    for (const [session, deadline] of this.#deadlines) {
-      if (deadline <= now) this.#deadlines.set(session, now + this.#graceMs);
-    }
-  }
-
   /** The sessions whose grace ran out by `now` (each reported once). */
   due(now: number): string[] {
     const gone: string[] = [];

@@ -165,8 +165,10 @@ export class LockServer {
     if (cluster !== undefined) {
       this.#startCluster(cluster, clock, (role, description) => {
         if (role === "active" || role === "standby") settled(role);
+        // Handing off, the grace timers hold still (not serving): a handover that is not
+        // taken must not give every session a fresh grace, or failing ones postpone them.
         if (role === "active") sessions.promoted();
-        else sessions.demoted();
+        else if (role !== "handing-off") sessions.demoted();
         options.onRole?.(role, description);
       });
     } else settled("active");
@@ -399,11 +401,11 @@ export class LockServer {
         for (const socket of this.#acceptor.clients) socket.prolongHeld();
       },
       promoted: (how) => this.#metrics.promoted(how),
-      resumeTimers: () => {
+      resumeTimers: (afterFreeze) => {
         this.#ticker.fire();
-        if (this.#cluster?.role === "active") this.#sessions.resumed();
+        if (afterFreeze && this.#cluster?.role === "active") this.#sessions.restart();
       },
-      merged: () => this.#sessions.promoted(),
+      merged: () => this.#sessions.restart(),
       roleChanged,
       log: this.#log,
     }, {

@@ -105,9 +105,9 @@ export class Sessions {
   }
 
   /**
-   * This node became active, or merged another active's state: sessions with bound grants
-   * and no connection here get the full grace from now (clients that reconnect in time keep
-   * their locks), those already counting keep theirs.
+   * This node became active (or a handover it started was not taken): sessions with bound
+   * grants and no connection here get the full grace from now (clients that reconnect in
+   * time keep their locks), those already counting keep theirs.
    */
   promoted(): void {
     const bound = new Set<string>();
@@ -122,13 +122,13 @@ export class Sessions {
   }
 
   /**
-   * This node serves again after holding still (a freeze, a handover that did not happen):
-   * a grace period that ran out meanwhile is stale (its client may have reconnected to a
-   * node that was active in between) and starts again in full from now, as after a
-   * promotion; so does the grace of every session with bound grants and no connection here.
+   * This active serves again after a freeze (SIGSTOP, a stall), or merged another active's
+   * state: the grace periods that ran meanwhile are stale (the clients may have reconnected
+   * to the node that was active in between), so every session with bound grants and no
+   * connection here gets the full grace from now, as after a promotion.
    */
-  resumed(): void {
-    this.grace.renewDue(this.#options.clock());
+  restart(): void {
+    this.grace.clearDeadlines();
     this.promoted();
   }
 

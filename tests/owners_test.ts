@@ -266,15 +266,3 @@ Deno.test("Sessions' sweep keeps the owner of a queued acquire: its grant still 
     sessions.stop();
   }
 });
-
-Deno.test("SessionGrace renewDue() starts the graces that ran out again, and keeps the others", () => {
-  const grace = new SessionGrace(1000);
-  grace.attach("due");
-  grace.attach("later");
-  grace.detach("due", 0); // runs out at 1000
-  grace.detach("later", 900); // at 1900
-  grace.renewDue(1500);
-  assert.deepEqual(grace.due(1900), ["later"]);
-  assert.deepEqual(grace.due(2499), []);
-  assert.deepEqual(grace.due(2500), ["due"]);
-});

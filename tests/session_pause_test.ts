@@ -74,7 +74,13 @@ async function connectAs(
   return c;
 }
 
-Deno.test("cluster (2 nodes): an active paused in a session's grace does not release its lock on waking, and the session keeps it by reconnecting", async () => {
+/**
+ * A session's last connection to the active `first` closes, `first` is paused and `second`
+ * takes over; the session reconnects to `second`. `first` is woken `resumeAfterMs` after the
+ * close and merges `second`'s state; the session comes back to it `backAfterMs` after it
+ * serves again. Its lock must survive: the grace counts again from the moment `first` serves.
+ */
+async function pausedInGrace(resumeAfterMs: number, backAfterMs: number): Promise<void> {
   await withTwo(async (first, second, cluster) => {
     const session = newSession();
     const holder = await connectAs(first, session, "holder");
@@ -92,13 +98,13 @@ Deno.test("cluster (2 nodes): an active paused in a session's grace does not rel
       timeoutMs: 5000,
     });
     const closedAt = performance.now();
-    await pauseFor(first, second); // ... which is paused before it runs out
+    await pauseFor(first, second); // ... which is paused
     const back = await connectAs(second, session, "holder"); // back in time, on the new active
-    // Wake the first node well after the grace it started would have run out.
-    await sleep(Math.max(0, closedAt + GRACE_MS + 1000 - performance.now()));
+    await sleep(Math.max(0, closedAt + resumeAfterMs - performance.now()));
     first.resume();
     assert.equal(await cluster.waitForOneActive({ timeoutMs: 5000 }), first, "merged back");
-    // Redirected, the session comes back to the first node within its fresh grace.
+    // Redirected, the session comes back to the first node within a grace of its serving.
+    await sleep(backAfterMs);
     await back.close();
     const again = await connectAs(first, session, "holder");
     const answer = await arrival(waiter, 12_000);
@@ -109,6 +115,15 @@ Deno.test("cluster (2 nodes): an active paused in a session's grace does not rel
     );
     assert.equal(await again.request(`R pause:k ${token}`), "R pause:k R");
   });
+}
+
+Deno.test("cluster (2 nodes): an active paused past a session's grace does not release its lock on waking, and the session keeps it by reconnecting", async () => {
+  await pausedInGrace(GRACE_MS + 1000, 0);
+});
+
+Deno.test("cluster (2 nodes): after a pause shorter than a session's grace, the session has a full grace again to come back", async () => {
+  // Woken before its first deadline; back after that deadline but within a grace of serving.
+  await pausedInGrace(GRACE_MS * 0.6, GRACE_MS * 0.7);
 });
 
 Deno.test("cluster (2 nodes): a bound lock taken while the active was paused is released one grace after its session leaves the merged active", async () => {

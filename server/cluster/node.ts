@@ -358,7 +358,7 @@ export class ClusterNode implements PeerReceiver {
     if (verdict === "step-down" && !resumeOnly) this.#stepDown();
     else if (verdict === "resume" && this.#freeze.clear() && this.#role === "active") {
       this.#port.unpark();
-      this.#port.resumeTimers();
+      this.#port.resumeTimers(true);
     }
     return true;
   }

@@ -87,9 +87,12 @@ export interface ServerPort {
    * carries them as their clients will date them.
    */
   prolongHeld?(): void;
-  /** Lease timers may run again: settle what is due and re-arm. */
-  resumeTimers(): void;
-  /** Another active's state was merged into this node's (its sessions need their grace). */
+  /**
+   * Lease timers may run again: settle what is due and re-arm. `afterFreeze`: this active
+   * was frozen (SIGSTOP, a stall) and serves again, so the grace of sessions starts over.
+   */
+  resumeTimers(afterFreeze?: boolean): void;
+  /** Another active's state was merged into this node's: the grace of sessions starts over. */
   merged?(): void;
   /** Called on every role change, with a readable description. */
   roleChanged(role: Role, description: string): void;
