@@ -161,3 +161,38 @@ Deno.test("cluster (2 nodes): a bound lock merged into an active that already kn
     await releasedAfterGrace(first, "pause:m", token, closedAt);
   });
 });
+
+Deno.test("cluster (2 nodes): short freezes of the active, too short for a takeover, do not postpone a gone session's release", async () => {
+  // Each pause is noticed as a freeze (over half the failover timeout of 2 s) but is too
+  // short for the standby to take over: no client can have gone elsewhere, so the grace
+  // runs on as it stood and is not started over at every wake.
+  await Cluster.run(2, async (cluster) => {
+    const first = cluster.at(0);
+    assert.equal(await cluster.waitForOneActive(), first);
+    try {
+      const holder = await connectAs(first, newSession(), "holder");
+      const token = tokenOf(await holder.request("A pause:f 120 0 s"), "pause:f");
+      const waiter = await connectAs(first, newSession(), "waiter");
+      await holder.close();
+      const closedAt = performance.now();
+      await waiter.send("A pause:f 120 60");
+      let granted: { reply: string; at: number } | undefined;
+      const arrived = arrival(waiter, 30_000).then((g) => granted = g);
+      // 1.1 s running, 1.3 s paused, for at most 16 s (three graces of running time).
+      while (granted === undefined && performance.now() - closedAt < 16_000) {
+        await sleep(1100);
+        if (granted !== undefined) break;
+        first.pause();
+        await sleep(1300);
+        first.resume();
+      }
+      const loopEnd = performance.now();
+      const got = await arrived;
+      console.log(`  released ${(got.at - closedAt).toFixed(0)} ms after the session left`);
+      assert.ok(tokenOf(got.reply, "pause:f") > token, `got ${got.reply}`);
+      assert.ok(got.at <= loopEnd, "released while the freezes went on");
+    } finally {
+      await closeAll();
+    }
+  }, { args: ["--session-grace", "3", "--failover-timeout", "2"] });
+});

@@ -13,6 +13,7 @@ export class FreezeDetector {
   #since: number | undefined;
   #limitMs: number;
   #merged = new Set<string>();
+  #gapMs = 0;
 
   /**
    * @param now The clock at start (ms).
@@ -35,6 +36,7 @@ export class FreezeDetector {
    */
   check(now: number): boolean {
     if (now - this.#lastTick <= this.#limitMs) return false;
+    this.#gapMs = now - this.#lastTick;
     this.#since = now;
     this.#lastTick = now;
     this.#merged.clear();
@@ -48,6 +50,11 @@ export class FreezeDetector {
   merged(address: string): number | undefined {
     if (this.#since !== undefined) this.#merged.add(address);
     return this.#since;
+  }
+
+  /** How long the last freeze noticed lasted (the heartbeat's gap), ms; 0 before any. */
+  get gapMs(): number {
+    return this.#gapMs;
   }
 
   /** The nodes whose state was merged into this one's during the current freeze. */

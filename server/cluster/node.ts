@@ -323,7 +323,7 @@ export class ClusterNode implements PeerReceiver {
     this.stream.check();
     if (this.#role === "active") this.#lastActiveSeen = now;
     const live = this.#peers.live(now);
-    const since = this.#freeze.since;
+    const since = this.#role === "handing-off" ? undefined : this.#freeze.since;
     if (since !== undefined && !this.#settleFreeze(since, now)) return;
     const decision = decide(this.#selfView(), live, this.#options.failoverTimeoutMs);
     switch (decision.kind) {
@@ -342,7 +342,7 @@ export class ClusterNode implements PeerReceiver {
     this.#requestSync(now);
   }
 
-  /** After a freeze: whether the tick may go on to decide (see {@linkcode freezeVerdict}). */
+  /** After a freeze, not while handing off (it outlives that): may the tick go on to decide? */
   #settleFreeze(since: number, now: number, resumeOnly = false): boolean {
     const verdict = freezeVerdict({
       active: this.#role === "active",
@@ -358,7 +358,7 @@ export class ClusterNode implements PeerReceiver {
     if (verdict === "step-down" && !resumeOnly) this.#stepDown();
     else if (verdict === "resume" && this.#freeze.clear() && this.#role === "active") {
       this.#port.unpark();
-      this.#port.resumeTimers(true);
+      this.#port.resumeTimers(this.#freeze.gapMs >= this.#options.failoverTimeoutMs);
     }
     return true;
   }

@@ -89,7 +89,8 @@ export interface ServerPort {
   prolongHeld?(): void;
   /**
    * Lease timers may run again: settle what is due and re-arm. `afterFreeze`: this active
-   * was frozen (SIGSTOP, a stall) and serves again, so the grace of sessions starts over.
+   * serves again after a freeze (SIGSTOP, a stall) long enough for another node to have
+   * taken over (the failover timeout), so the grace of sessions starts over.
    */
   resumeTimers(afterFreeze?: boolean): void;
   /** Another active's state was merged into this node's: the grace of sessions starts over. */
