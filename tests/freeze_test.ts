@@ -4,7 +4,7 @@
  */
 
 import assert from "node:assert/strict";
-import { freezeVerdict, type FreezeView } from "../server/cluster/freeze.ts";
+import { FreezeDetector, freezeVerdict, type FreezeView } from "../server/cluster/freeze.ts";
 
 const SELF = "a:7001";
 
@@ -98,4 +98,17 @@ Deno.test("freezeVerdict() asks again after a merge: the merged node no longer c
     freezeVerdict(view({ fresh: [merged, later], peers: 3, waited: true, ...after })),
     "step-down",
   );
+});
+
+Deno.test("FreezeDetector gapMs is the longest pause since the freeze was noticed", () => {
+  const freeze = new FreezeDetector(0, 500);
+  freeze.ticked(100);
+  assert.equal(freeze.check(2600), true); // paused 2.5 s
+  assert.equal(freeze.gapMs, 2500);
+  assert.equal(freeze.check(3300), true); // paused again, 0.7 s, before it settled
+  assert.equal(freeze.gapMs, 2500, "the long pause still counts");
+  freeze.clear();
+  freeze.ticked(4000);
+  assert.equal(freeze.check(4700), true); // a new freeze, after the first settled
+  assert.equal(freeze.gapMs, 700);
 });

@@ -36,7 +36,9 @@ export class FreezeDetector {
    */
   check(now: number): boolean {
     if (now - this.#lastTick <= this.#limitMs) return false;
-    this.#gapMs = now - this.#lastTick;
+    // Paused again before the last freeze settled: the longest pause is the one that counts.
+    const gap = now - this.#lastTick;
+    this.#gapMs = this.#since === undefined ? gap : Math.max(this.#gapMs, gap);
     this.#since = now;
     this.#lastTick = now;
     this.#merged.clear();
@@ -52,7 +54,10 @@ export class FreezeDetector {
     return this.#since;
   }
 
-  /** How long the last freeze noticed lasted (the heartbeat's gap), ms; 0 before any. */
+  /**
+   * How long the last freeze lasted (the heartbeat's gap), ms: the longest pause since it was
+   * noticed, if the node was paused again before it settled; 0 before any.
+   */
   get gapMs(): number {
     return this.#gapMs;
   }
