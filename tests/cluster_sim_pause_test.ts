@@ -390,3 +390,27 @@ Deno.test("ClusterNode merged state ranks strictly above the loser's activation,
     "and so is D's, in sync with A",
   );
 });
+
+Deno.test("ClusterNode woken active stopped (SIGTERM) before its freeze settled hands nothing over: a lock released meanwhile stays released", async () => {
+  const sim = await settled(3);
+  const t1 = await sim.grant(A, "sig:k", 30);
+  await sim.replicated(B, "sig:k", t1);
+  await sim.replicated(C, "sig:k", t1);
+  sim.pause(A);
+  assert.ok(await sim.runUntil(() => sim.node(B).role === "active", 3000), sim.describe());
+  await sim.waitForSync(2000);
+  assert.equal(await sim.request(B, `R sig:k ${t1}`), "R sig:k R");
+  assert.ok(await sim.runUntil(() => sim.node(C).holder("sig:k") === undefined, 3000));
+  sim.cut(B, A); // A hears only C, which names B: A stays parked, no HANDOFF of B's reaches it
+  sim.resume(A);
+  await sim.advance(400);
+  assert.equal(sim.node(A).node.gate().kind, "park", "the woken active is parked");
+  const left = sim.shutdown(A);
+  await sim.advance(3000);
+  assert.equal(await left, false, "its stale state went to no standby");
+  sim.heal();
+  const active = await sim.waitForOneActive(5000);
+  assert.equal(active.address, B);
+  assert.equal(active.holder("sig:k"), undefined, "the released lock did not come back");
+  assert.match((await sim.request(B, "A sig:k 30 0.2", 500))!, /^A sig:k A \d+$/);
+});

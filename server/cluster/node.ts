@@ -188,11 +188,12 @@ export class ClusterNode implements PeerReceiver {
       !(this.#role === "active" && this.#freeze.since !== undefined);
   }
 
-  /** Graceful stop ({@linkcode Handover.leave}): `true` once a successor took over. */
+  /** Graceful stop ({@linkcode Handover.leave}); an active still frozen hands nothing over. */
   leave(): Promise<boolean> {
+    const stale = this.#role === "active" && this.#freeze.since !== undefined;
     return this.#handover.leave((tried) => {
       const live = this.#peers.live(this.#port.clock()).filter((p) => !tried.has(p.address));
-      return successor(this.#selfView(), live)?.address;
+      return stale ? undefined : successor(this.#selfView(), live)?.address;
     });
   }
 
@@ -242,9 +243,7 @@ export class ClusterNode implements PeerReceiver {
       peer.activation === this.#activation
     ) this.replica.raiseFloor(peer.floor);
     const self = { address: this.#self, role: this.#role };
-    if (peer !== undefined) {
-      raiseOnHeartbeat(self, this.#port.tokens, address, peer, this.#port.log);
-    }
+    if (peer) raiseOnHeartbeat(self, this.#port.tokens, address, peer, this.#port.log);
   }
 
   /** `ACK n` from `address`: it applied the stream up to batch `n` (sync replication). */
