@@ -152,17 +152,9 @@ export function serveLasting(
   handler: (request: Request) => Response | Promise<Response>,
 ): LastingServer {
   // Not Deno's default, which prints the error's stack on stderr for every failed request.
-  let failedAt = -Infinity;
-  let failures = 0;
+  const failed = limited((message) => options.failed?.(message));
   const onError = (error: unknown): Response => {
-    const now = performance.now();
-    if (now - failedAt < REPORT_EVERY_MS) failures++;
-    else {
-      const more = failures > 0 ? ` (${failures} more since the last line)` : "";
-      options.failed?.(`a request failed: ${messageOf(error)}${more}`);
-      failedAt = now;
-      failures = 0;
-    }
+    failed(`a request failed: ${messageOf(error)}`);
     return new Response("Internal server error\n", { status: 500 });
   };
   const listen = options.serve ?? ((port: number): ServedLike => {
@@ -178,19 +170,12 @@ export function serveLasting(
   const stopped: ServedLike[] = [];
   let listenedAt = performance.now();
   let waitMs = RELISTEN_MS;
-  let reportedAt = -Infinity;
-  let held = 0;
   let owed = false;
   let stopping = false;
   let timer: ReturnType<typeof setTimeout> | undefined;
+  const troubleLine = limited((message) => options.report(message, false));
   const trouble = (message: string) => {
-    const now = performance.now();
-    if (now - reportedAt < REPORT_EVERY_MS) return void held++;
-    const more = held > 0 ? ` (${held} more since the last line)` : "";
-    options.report(message + more, false);
-    reportedAt = now;
-    held = 0;
-    owed = true;
+    if (troubleLine(message)) owed = true;
   };
   const watch = (current: ServedLike) => {
     current.finished.catch((error) => {
@@ -230,6 +215,26 @@ export function serveLasting(
       clearTimeout(timer);
       await Promise.all([server, ...stopped].map((s) => s.shutdown().catch(() => {})));
     },
+  };
+}
+
+/**
+ * Tells `tell` at most one line every {@linkcode REPORT_EVERY_MS}, the next one counting
+ * those held back; the function returned says whether it told this one.
+ */
+function limited(tell: (message: string) => void): (message: string) => boolean {
+  let toldAt = -Infinity;
+  let held = 0;
+  return (message) => {
+    const now = performance.now();
+    if (now - toldAt < REPORT_EVERY_MS) {
+      held++;
+      return false;
+    }
+    tell(held > 0 ? `${message} (${held} more since the last line)` : message);
+    toldAt = now;
+    held = 0;
+    return true;
   };
 }
 
