@@ -7,7 +7,7 @@
 
 import type { Fairness } from "./_e2e_stats.ts";
 import type { Cell, Measurement, RunSettings, Variant } from "./_e2e_run.ts";
-import { int, median, num } from "./_stats.ts";
+import { int, median, num, pct } from "./_stats.ts";
 
 /** The figures of one variant in one cell: medians of its runs. */
 export interface Row {
@@ -45,6 +45,8 @@ export interface Context {
   loadavgAtStart: number;
   /** Lowest and highest 1-minute load average just before a recorded window. */
   loadavgRange: [number, number];
+  /** Lowest and highest share of CPU time stolen by the host during a window (0–1). */
+  stealRange?: [number, number];
   elapsedS: number;
   /** The run's settings, and how many runs each figure is the median of. */
   settings: Omit<RunSettings, "ticksPerSecond"> & { runs: number };
@@ -221,12 +223,6 @@ export function targets(rows: Row[]): Target[] {
   return out;
 }
 
-function pct(share: number): string {
-  return Number.isFinite(share)
-    ? `${(share * 100).toFixed(share > 0 && share < 0.01 ? 2 : 1)} %`
-    : "–";
-}
-
 function table(header: string[], body: string[][]): string[] {
   return [
     `| ${header.join(" | ")} |`,
@@ -339,7 +335,12 @@ export function markdown(
     `${ctx.cores} cores shared by servers and clients, ${num(ctx.memoryGiB)} GiB, Linux ` +
     `${ctx.kernel}; ${Object.entries(v).map(([k, x]) => `${k} ${x}`).join(", ")}; lockd at ` +
     `${ctx.git}; load average ${ctx.loadavgAtStart} at the start (before each window: ` +
-    `${ctx.loadavgRange[0]}–${ctx.loadavgRange[1]}).`,
+    `${ctx.loadavgRange[0]}–${ctx.loadavgRange[1]})` +
+    (ctx.stealRange === undefined
+      ? "."
+      : `; CPU time stolen by the host during a window: ${pct(ctx.stealRange[0])}–${
+        pct(ctx.stealRange[1])
+      } (a virtual machine's neighbours slow every figure).`),
     "",
     `Every figure is the median of ${s.runs} run(s); each run starts a fresh server, runs the ` +
     `clients unrecorded for ${s.warmup} s (warm-up), then records ${s.duration} s. Runs ` +

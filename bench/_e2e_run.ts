@@ -17,7 +17,7 @@ import {
 } from "./_e2e_stats.ts";
 import { startServer, type SystemName } from "./_e2e_servers.ts";
 import type { WorkerConfig, WorkerResult } from "./_e2e_workload.ts";
-import { cpuTicks, sleep, tail } from "./_procs.ts";
+import { cpuTicks, machineTicks, sleep, stealShare, tail } from "./_procs.ts";
 
 const ADAPTERS: Record<SystemName, string> = {
   lockd: "_e2e_lockd",
@@ -131,6 +131,11 @@ export interface Measurement {
   serverCores: number;
   /** 1-minute load average just before the window. */
   loadavg: number;
+  /**
+   * Share of the machine's CPU time the host stole during the window (0–1): a virtual
+   * machine's neighbours slow every figure (`/proc/stat`).
+   */
+  steal?: number;
   /** One key: grants per task and how even they were. */
   fairness?: Fairness & { perTask: number[] };
 }
@@ -341,6 +346,7 @@ export async function measure(
     await Promise.all(workers.map((w) => w.expect("ready", 60_000)));
     await sleep(settings.warmup * 1000);
     const load = loadavg();
+    const machine0 = machineTicks();
     const server0 = cpuTicks(started.server.pid);
     const clients0 = workers.map((w) => cpuTicks(w.pid));
     const t0 = performance.now();
@@ -348,6 +354,7 @@ export async function measure(
     await sleep(settings.duration * 1000);
     await Promise.all(workers.map((w) => w.send("stop")));
     const wall = (performance.now() - t0) / 1000;
+    const steal = stealShare(machine0, machineTicks());
     const server1 = cpuTicks(started.server.pid);
     const clients1 = workers.map((w) => cpuTicks(w.pid));
     const results = await Promise.all(
@@ -362,7 +369,13 @@ export async function measure(
     const us = (ticks: number) => ticks / settings.ticksPerSecond * 1e6;
     const clientUs = us(clients1.reduce((a, b) => a + b, 0) - clients0.reduce((a, b) => a + b, 0));
     const serverUs = us(server1 - server0);
-    return combine(variant, cell, run, results, { clientUs, serverUs, wall, load });
+    return combine(variant, cell, run, results, {
+      clientUs,
+      serverUs,
+      wall,
+      load,
+      steal,
+    });
   } finally {
     await Promise.all(workers.map((w) => w.end(10_000)));
     await started.stop();
@@ -375,7 +388,7 @@ export function combine(
   cell: Cell,
   run: number,
   results: WorkerResult[],
-  cpu: { clientUs: number; serverUs: number; wall: number; load: number },
+  cpu: { clientUs: number; serverUs: number; wall: number; load: number; steal?: number },
 ): Measurement {
   const cycleH = new Histogram(), acquireH = new Histogram();
   for (const r of results) {
@@ -402,6 +415,7 @@ export function combine(
     clientCores: cpu.clientUs / 1e6 / cpu.wall,
     serverCores: cpu.serverUs / 1e6 / cpu.wall,
     loadavg: cpu.load,
+    steal: cpu.steal,
   };
   if (cell.sharedKey) {
     const perTask = results.flatMap((r) => r.perTask);

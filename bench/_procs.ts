@@ -350,6 +350,28 @@ export function cpuTicks(pid: number): number {
   return Number(fields[11]) + Number(fields[12]); // utime, stime (fields 14 and 15)
 }
 
+/** The machine's CPU time so far, in clock ticks: all of it, and the part stolen by the host. */
+export interface MachineTicks {
+  total: number;
+  steal: number;
+}
+
+/**
+ * The machine's CPU time from the `cpu` line of `/proc/stat`; `steal` is the time the
+ * hypervisor ran something else while this machine's CPUs wanted to run.
+ */
+export function machineTicks(): MachineTicks {
+  const line = Deno.readTextFileSync("/proc/stat").split("\n", 1)[0];
+  const fields = line.trim().split(/\s+/).slice(1, 9).map(Number);
+  return { total: fields.reduce((a, b) => a + b, 0), steal: fields[7] ?? 0 };
+}
+
+/** The share of the machine's CPU time stolen by the host between two readings (0–1). */
+export function stealShare(before: MachineTicks, after: MachineTicks): number {
+  const total = after.total - before.total;
+  return total > 0 ? (after.steal - before.steal) / total : 0;
+}
+
 /** Clock ticks per second (`getconf CLK_TCK`, normally 100). */
 export async function ticksPerSecond(): Promise<number> {
   return Number(await commandOutput("getconf", ["CLK_TCK"])) || 100;

@@ -36,6 +36,13 @@ export function num(value: number): string {
   return value.toPrecision(2);
 }
 
+/** A share (0–1) as a percentage, "–" when unknown. */
+export function pct(share: number): string {
+  return Number.isFinite(share)
+    ? `${(share * 100).toFixed(share > 0 && share < 0.01 ? 2 : 1)} %`
+    : "–";
+}
+
 /** A ratio `a / b` as `1.23×` (or `–` when it is not defined). */
 export function ratio(a: number, b: number): string {
   return Number.isFinite(a) && Number.isFinite(b) && b !== 0 ? `${(a / b).toFixed(2)}×` : "–";

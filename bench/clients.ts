@@ -37,7 +37,7 @@ import {
 import { etcdVersion, hasTaskset, redisVersion } from "./_e2e_servers.ts";
 import { sources } from "./_e2e_snapshot.ts";
 import { gitState, ticksPerSecond } from "./_procs.ts";
-import { int, num } from "./_stats.ts";
+import { int, num, pct } from "./_stats.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const RESULTS = `${ROOT}bench/results`;
@@ -259,7 +259,7 @@ async function main(args: string[]): Promise<number> {
             } µs, CPU µs/cycle ` +
               `${num(m.clientCpuPerCycle)} client, ${
                 num(m.serverCpuPerCycle)
-              } server, load ${m.loadavg}` +
+              } server, load ${m.loadavg}, steal ${pct(m.steal ?? NaN)}` +
               (m.errors > 0 ? `, ${m.errors} errors: ${m.errorSamples[0]}` : ""),
           );
         } catch (error) {
@@ -272,6 +272,7 @@ async function main(args: string[]): Promise<number> {
   }
   const rows = aggregate(variants, cells, measurements, failures);
   const loads = measurements.map((m) => m.loadavg);
+  const steals = measurements.flatMap((m) => m.steal === undefined ? [] : [m.steal]);
   const cpuinfo = await Deno.readTextFile("/proc/cpuinfo").catch(() => "");
   const command = `deno task bench:clients ${args.join(" ")}`.trim();
   const ctx: Context = {
@@ -286,6 +287,7 @@ async function main(args: string[]): Promise<number> {
       `sources ${snapshot.serverHash})`,
     loadavgAtStart: loadAtStart,
     loadavgRange: loads.length > 0 ? [Math.min(...loads), Math.max(...loads)] : [NaN, NaN],
+    stealRange: steals.length > 0 ? [Math.min(...steals), Math.max(...steals)] : undefined,
     elapsedS: (performance.now() - started) / 1000,
     settings: { ...options.settings, runs: options.runs },
     anomalies: notes,

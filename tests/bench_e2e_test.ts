@@ -18,6 +18,7 @@ import {
 } from "../bench/_e2e_report.ts";
 import { cells, combine, type Measurement, VARIANTS } from "../bench/_e2e_run.ts";
 import { bareNpmSpecifiers } from "../bench/_e2e_snapshot.ts";
+import { machineTicks, stealShare } from "../bench/_procs.ts";
 import { fairness, GrantLog, Histogram, summarize } from "../bench/_e2e_stats.ts";
 import { decades, escapeXml, niceMax, usLabel } from "../bench/_e2e_svg.ts";
 import { type Held, type LockSystem, type WorkerResult, Workload } from "../bench/_e2e_workload.ts";
@@ -340,6 +341,7 @@ Deno.test("markdown() has the summary, targets, one table per workload, charts, 
     git: "abc1234",
     loadavgAtStart: 0.1,
     loadavgRange: [0.1, 0.9],
+    stealRange: [0.004, 0.25],
     elapsedS: 12,
     settings: {
       runs: 3,
@@ -371,6 +373,7 @@ Deno.test("markdown() has the summary, targets, one table per workload, charts, 
   assert.ok(md.includes("![Throughput](x_throughput.svg)"));
   assert.ok(md.includes("lockd/deno in d: it broke"));
   assert.ok(md.includes("redis was slow"));
+  assert.ok(md.includes("stolen by the host during a window: 0.40 %–25.0 %"), "steal range");
   assert.ok(md.includes("| lockd · Deno | 9,000 |"), "one-key row");
   assert.ok(md.includes("69.0 %"), "back to back of the skewed runs: 20 of 29");
   // A cell nobody ran has no section.
@@ -423,4 +426,11 @@ Deno.test("bareNpmSpecifiers() turns npm: specifiers into package names for Node
   );
   assert.equal(bareNpmSpecifiers(`"npm:etcd3"`), `"etcd3"`);
   assert.equal(bareNpmSpecifiers(`"node:net" "./x.ts"`), `"node:net" "./x.ts"`);
+});
+
+Deno.test("stealShare() is the stolen part of the machine's CPU time between two readings", () => {
+  assert.equal(stealShare({ total: 1000, steal: 10 }, { total: 1200, steal: 60 }), 0.25);
+  assert.equal(stealShare({ total: 1000, steal: 10 }, { total: 1000, steal: 10 }), 0);
+  const now = machineTicks(); // this machine's /proc/stat
+  assert.ok(now.total > 0 && now.steal >= 0 && now.steal <= now.total, JSON.stringify(now));
 });
