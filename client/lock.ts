@@ -329,7 +329,8 @@ export class LockHandle implements Lock {
   /** The renewal timer fired. Internal. */
   renewNow(): void {
     this.#extend(this.#leaseMs).catch((error) => {
-      if (this.#released !== undefined || this.#lost !== undefined) return;
+      // Detached meanwhile: no more renewal (nothing else would stop it, close() included).
+      if (this.#released !== undefined || this.#lost !== undefined || this.#detached) return;
       // Not proven yet (no connection, a node failing over): try again soon, until the
       // expiry timer gives up and fires the signal.
       if (error instanceof LockUnavailableError || !(error instanceof LockLostError)) {

@@ -252,12 +252,13 @@ export class ManagedConnection {
 
   #send(transport: Transport, op: string, key: string, line: string, receiver: Receiver): void {
     if (this.#outstanding++ === 0) {
-      // Silence is measured from now if nothing was outstanding: idle time is not silence.
-      this.#activity++;
       // A connection keeps the process alive only while it has requests outstanding.
       transport.ref?.(true);
-    }
-    if (!this.#watchTimers.scheduled(this.#watchAlarm)) this.#watch();
+      // Idle time is not silence: the watch starts over from now (a weak alarm left from the
+      // last busy spell is moved, or the first look would come up to a third late).
+      this.#activity++;
+      this.#watch();
+    } else if (!this.#watchTimers.scheduled(this.#watchAlarm)) this.#watch();
     // Pings, releases and extends are answered at once: their round trip bounds latency.
     // One at a time is timed (two clock readings), which under load is one per round trip.
     if (op !== "A" && this.#timed === undefined) {

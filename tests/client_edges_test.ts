@@ -258,3 +258,27 @@ Deno.test("LockClient: a wait that ends while its node is gone is no timeout", a
   // waited for a connection (before: LockTimeoutError, "not granted within 0.3 s").
   assert.ok(error instanceof LockUnavailableError, `${error}`);
 });
+
+Deno.test("LockClient probes a connection a third of staleConnectionMs after a request to it went unanswered", async () => {
+  await using server = await FakeServer.start();
+  let answer = true;
+  server.handler = (r) => {
+    if (answer && r.op === "I") void r.reply("F");
+  };
+  await using client = await readyClient(server.address, {
+    connectionsPerAddress: 1,
+    reconnectIntervalMs: 60_000,
+    staleConnectionMs: 1500,
+  });
+  // A busy spell, then the next request at once, which the node never answers: the look that
+  // was due for the busy spell must not set the pace (before, the probe came at 1000 ms).
+  await client.inspect("warm");
+  answer = false;
+  server.answerPings = false;
+  const sent = performance.now();
+  const unanswered = rejection(client.inspect("frozen"));
+  const probe = await server.take("?");
+  const after = probe.at - sent;
+  assert.ok(after >= 450 && after < 850, `probed ${Math.round(after)} ms after the request`);
+  assert.ok((await unanswered) instanceof LockError);
+});

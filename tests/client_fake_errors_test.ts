@@ -212,6 +212,22 @@ Deno.test("LockClient stops renewal synchronously on release", async () => {
   assert.ok(!lock.signal.aborted, "release does not fire the signal");
 });
 
+Deno.test("LockClient stops renewing a lock detached while its renewal is unanswered", async () => {
+  await using server = await FakeServer.start();
+  server.handler = (r) => {
+    if (r.op !== "X") lockServer()(r); // renewals go unanswered
+  };
+  const client = await readyClient(server.address);
+  const lock = await client.acquire("k", { lease: 0.3, autoExtend: true });
+  await server.take("X k ");
+  lock.detach();
+  // The renewal in flight fails when the client closes: it must not be tried again, and no
+  // timer may be left (the test's sanitizer fails on one; before, it renewed forever).
+  await client.close();
+  assert.equal(server.count("X k "), 1);
+  assert.equal(server.count("R k "), 0, "close() releases no detached lock");
+});
+
 Deno.test("LockClient with autoExtend keeps a lock that was granted after queueing", async () => {
   // A grant that arrives late in the wait (the holder released after 500 ms) starts a full
   // lease on the server. With autoExtend and a server that answers every X, the lock must

@@ -1042,7 +1042,7 @@ var LockHandle = class {
   /** The renewal timer fired. Internal. */
   renewNow() {
     this.#extend(this.#leaseMs).catch((error) => {
-      if (this.#released !== void 0 || this.#lost !== void 0) return;
+      if (this.#released !== void 0 || this.#lost !== void 0 || this.#detached) return;
       if (error instanceof LockUnavailableError || !(error instanceof LockLostError)) {
         this.#renewAt(performance.now() + Math.min(1e3, this.#leaseMs / 10));
       }
@@ -1442,10 +1442,10 @@ var ManagedConnection = class {
   }
   #send(transport, op, key, line, receiver) {
     if (this.#outstanding++ === 0) {
-      this.#activity++;
       transport.ref?.(true);
-    }
-    if (!this.#watchTimers.scheduled(this.#watchAlarm)) this.#watch();
+      this.#activity++;
+      this.#watch();
+    } else if (!this.#watchTimers.scheduled(this.#watchAlarm)) this.#watch();
     if (op !== "A" && this.#timed === void 0) {
       this.#timed = receiver;
       this.#timedAt = performance.now();
