@@ -256,7 +256,6 @@ export class ManagedConnection {
       transport.ref?.(true);
       // Idle time is not silence: the watch starts over from now (a weak alarm left from the
       // last busy spell is moved, or the first look would come up to a third late).
-      this.#activity++;
       this.#watch();
     } else if (!this.#watchTimers.scheduled(this.#watchAlarm)) this.#watch();
     // Pings, releases and extends are answered at once: their round trip bounds latency.

@@ -1443,7 +1443,6 @@ var ManagedConnection = class {
   #send(transport, op, key, line, receiver) {
     if (this.#outstanding++ === 0) {
       transport.ref?.(true);
-      this.#activity++;
       this.#watch();
     } else if (!this.#watchTimers.scheduled(this.#watchAlarm)) this.#watch();
     if (op !== "A" && this.#timed === void 0) {
