@@ -1,0 +1,342 @@
+/**
+ * Unit tests of the lease timer (server/ticker.ts; docs/server.md, "Leases and timers") with a
+ * fake clock and fake timers: a lone deadline is timed, a close deadline after a long
+ * settlement is polled for, polling is bounded by its window and its share of the settling,
+ * a long run of settling yields, and stop() and freezes leave nothing armed. One case runs
+ * on the runtime's timers.
+ *
+ * @module
+ */
+
+import assert from "node:assert/strict";
+import {
+  type Deadlines,
+  POLL_SHARE,
+  POLL_WINDOW_MS,
+  type Scheduler,
+  Ticker,
+} from "../server/ticker.ts";
+
+interface Pending {
+  kind: "timeout" | "immediate";
+  fn: () => void;
+  ms: number;
+  cancelled: boolean;
+}
+
+/** Fake timers: records what is scheduled; `run()` runs the oldest pending callback. */
+function fakeScheduler() {
+  const pending: Pending[] = [];
+  const add = (kind: Pending["kind"], fn: () => void, ms: number) => {
+    const entry: Pending = { kind, fn, ms, cancelled: false };
+    pending.push(entry);
+    return entry;
+  };
+  const scheduler: Scheduler = {
+    timeout: (fn, ms) => add("timeout", fn, ms),
+    cancelTimeout: (handle) => (handle as Pending).cancelled = true,
+    immediate: (fn) => add("immediate", fn, 0),
+    cancelImmediate: (handle) => (handle as Pending).cancelled = true,
+  };
+  return {
+    scheduler,
+    /** What is scheduled and not cancelled, as `timeout:<ms>` or `immediate`. */
+    live: () =>
+      pending.filter((p) => !p.cancelled).map((p) =>
+        p.kind === "timeout" ? `timeout:${p.ms}` : "immediate"
+      ),
+    /** Runs (and removes) the oldest live callback. */
+    run: () => {
+      const i = pending.findIndex((p) => !p.cancelled);
+      assert.ok(i >= 0, "nothing is scheduled");
+      const [entry] = pending.splice(i, 1);
+      entry.fn();
+    },
+  };
+}
+
+/**
+ * Deadlines on a fake clock: `advance()` settles every due deadline, each taking `costMs` of
+ * the clock, and records when it settled it.
+ */
+function fakeDeadlines(deadlines: number[], costMs = 0) {
+  const clock = { now: 0 };
+  const due = [...deadlines].sort((a, b) => a - b);
+  const settled: { deadline: number; at: number }[] = [];
+  const target: Deadlines = {
+    nextDeadline: () => due[0],
+    // Like the lock table: settles what is due at the time it starts.
+    advance: () => {
+      const now = clock.now;
+      while (due.length > 0 && due[0] <= now) {
+        settled.push({ deadline: due.shift()!, at: clock.now });
+        clock.now += costMs;
+      }
+    },
+  };
+  return { clock, due, settled, target };
+}
+
+function ticker(d: ReturnType<typeof fakeDeadlines>, s: ReturnType<typeof fakeScheduler>) {
+  let ticks = 0;
+  const t = new Ticker(d.target, {
+    clock: () => d.clock.now,
+    afterTick: () => ticks++,
+    onError: (error) => {
+      throw error;
+    },
+    scheduler: s.scheduler,
+  });
+  return { ticker: t, ticks: () => ticks };
+}
+
+Deno.test("a lone deadline is timed, never polled, and settled when the timer fires", () => {
+  const d = fakeDeadlines([30.2]);
+  const s = fakeScheduler();
+  const { ticker: t, ticks } = ticker(d, s);
+  t.arm();
+  assert.deepEqual(s.live(), ["timeout:31"]); // rounded up: never early
+  t.arm(); // nothing earlier: the timer stays
+  assert.deepEqual(s.live(), ["timeout:31"]);
+  d.clock.now = 31.5;
+  s.run();
+  assert.deepEqual(d.settled, [{ deadline: 30.2, at: 31.5 }]);
+  assert.equal(ticks(), 1);
+  assert.deepEqual(s.live(), []);
+});
+
+Deno.test("an earlier deadline replaces the armed timer", () => {
+  const d = fakeDeadlines([100]);
+  const s = fakeScheduler();
+  const { ticker: t } = ticker(d, s);
+  t.arm();
+  d.due.unshift(10);
+  t.arm();
+  assert.deepEqual(s.live(), ["timeout:10"]);
+});
+
+Deno.test("a timer that fires early settles nothing and re-arms for what is left", () => {
+  const d = fakeDeadlines([20]);
+  const s = fakeScheduler();
+  const { ticker: t } = ticker(d, s);
+  t.arm();
+  d.clock.now = 19.5;
+  s.run();
+  assert.deepEqual(d.settled, []);
+  // Settling took no time: nothing earns a poll, so a timer waits for the rest.
+  assert.deepEqual(s.live(), ["timeout:1"]);
+});
+
+Deno.test("a long run of settling yields to requests with a poll, not a timer", () => {
+  // 200 deadlines 0.01 ms apart, each settlement costing 0.05 ms: settling runs behind them
+  // for 10 ms, past the 5 ms budget.
+  const d = fakeDeadlines(Array.from({ length: 200 }, (_, i) => 10 + i * 0.01), 0.05);
+  const s = fakeScheduler();
+  const { ticker: t, ticks } = ticker(d, s);
+  t.arm();
+  d.clock.now = 10;
+  s.run();
+  assert.ok(d.settled.length < 200, `${d.settled.length} settled in the first run`);
+  assert.ok(d.clock.now - 10 > 5, "the budget was used");
+  assert.deepEqual(s.live(), ["immediate"]);
+  let turns = 0;
+  while (s.live().length > 0 && turns++ < 10) {
+    assert.deepEqual(s.live(), ["immediate"]);
+    s.run();
+  }
+  assert.equal(d.settled.length, 200);
+  assert.ok(ticks() >= 2, "each run ended its batch");
+  assert.deepEqual(s.live(), []);
+});
+
+Deno.test("the poll window is bounded by the settling share and by POLL_WINDOW_MS", async (t) => {
+  await t.step("a next deadline within the share is polled for until due", () => {
+    const d = fakeDeadlines([5, 5.5], 0.25); // settling the first takes 0.25 ms
+    const s = fakeScheduler();
+    const { ticker: tk } = ticker(d, s);
+    tk.arm();
+    d.clock.now = 5;
+    s.run();
+    // Clock 5.25, next 5.5: 0.25 ms away, within POLL_SHARE × 0.25 = 1 ms.
+    assert.equal(d.settled.length, 1);
+    assert.deepEqual(s.live(), ["immediate"]);
+    d.clock.now = 5.4;
+    s.run(); // not due yet: polls again
+    assert.deepEqual(s.live(), ["immediate"]);
+    assert.equal(d.settled.length, 1);
+    d.clock.now = 5.5;
+    s.run();
+    assert.deepEqual(d.settled.map((x) => x.at), [5, 5.5]);
+  });
+
+  await t.step("a next deadline beyond the share is timed", () => {
+    const d = fakeDeadlines([5, 5.5], 0.05); // 0.05 ms of settling earns 0.2 ms of polling
+    const s = fakeScheduler();
+    const { ticker: tk } = ticker(d, s);
+    tk.arm();
+    d.clock.now = 5;
+    s.run();
+    assert.equal(POLL_SHARE * 0.05 < 0.45, true);
+    assert.deepEqual(s.live(), ["timeout:1"]);
+  });
+
+  await t.step("a next deadline beyond POLL_WINDOW_MS is timed, however long settling took", () => {
+    const d = fakeDeadlines([5, 5 + 4 + POLL_WINDOW_MS + 0.5], 4); // 4 ms of settling
+    const s = fakeScheduler();
+    const { ticker: tk } = ticker(d, s);
+    tk.arm();
+    d.clock.now = 5;
+    s.run();
+    assert.deepEqual(s.live(), [`timeout:${Math.ceil(POLL_WINDOW_MS + 0.5)}`]);
+  });
+
+  await t.step("polling gives way to a timer when its window ends", () => {
+    const d = fakeDeadlines([5, 5.5], 0.25); // window 1 ms from 5.25: until 6.25
+    const s = fakeScheduler();
+    const { ticker: tk } = ticker(d, s);
+    tk.arm();
+    d.clock.now = 5;
+    s.run();
+    assert.deepEqual(s.live(), ["immediate"]);
+    // The awaited deadline went away (released) and a later one came: 1.5 ms away.
+    d.due.splice(0, 1, 6.8);
+    d.clock.now = 5.3;
+    s.run();
+    assert.deepEqual(s.live(), ["immediate"], "still within the window: polls");
+    d.clock.now = 6.3;
+    s.run();
+    assert.deepEqual(s.live(), ["timeout:1"], "window over: a timer");
+  });
+
+  await t.step("with nothing left, polling stops and nothing is armed", () => {
+    const d = fakeDeadlines([5, 5.5], 0.25);
+    const s = fakeScheduler();
+    const { ticker: tk } = ticker(d, s);
+    tk.arm();
+    d.clock.now = 5;
+    s.run();
+    d.due.length = 0;
+    s.run();
+    assert.deepEqual(s.live(), []);
+    d.due.push(50);
+    tk.arm();
+    assert.deepEqual(s.live(), ["timeout:45"]);
+  });
+});
+
+Deno.test("while polling, arm() leaves the poll in charge, and it sees earlier deadlines", () => {
+  const d = fakeDeadlines([5, 5.5], 0.25);
+  const s = fakeScheduler();
+  const { ticker: t } = ticker(d, s);
+  t.arm();
+  d.clock.now = 5;
+  s.run();
+  d.due.unshift(5.3); // a request's short wait limit
+  t.arm();
+  assert.deepEqual(s.live(), ["immediate"]);
+  d.clock.now = 5.3;
+  s.run();
+  // 5.3 settled on time; its 0.25 ms of settling made 5.5 due as well.
+  assert.deepEqual(d.settled.map((x) => [x.deadline, x.at]), [[5, 5], [5.3, 5.3], [5.5, 5.55]]);
+});
+
+Deno.test("stop() cancels a pending poll and a pending timer; a frozen ticker arms nothing", async (t) => {
+  await t.step("stop during a poll", () => {
+    const d = fakeDeadlines([5, 5.5], 0.25);
+    const s = fakeScheduler();
+    const { ticker: tk } = ticker(d, s);
+    tk.arm();
+    d.clock.now = 5;
+    s.run();
+    assert.deepEqual(s.live(), ["immediate"]);
+    tk.stop();
+    assert.deepEqual(s.live(), []);
+    tk.arm();
+    tk.fire();
+    assert.deepEqual(s.live(), []);
+    assert.equal(d.settled.length, 1);
+  });
+
+  await t.step("frozen", () => {
+    const d = fakeDeadlines([5]);
+    const s = fakeScheduler();
+    let frozen = true;
+    const tk = new Ticker(d.target, {
+      clock: () => d.clock.now,
+      afterTick: () => {},
+      onError: () => {},
+      canAdvance: () => !frozen,
+      scheduler: s.scheduler,
+    });
+    tk.arm();
+    d.clock.now = 10;
+    tk.fire();
+    assert.deepEqual(s.live(), []);
+    assert.deepEqual(d.settled, []);
+    frozen = false;
+    tk.fire();
+    assert.deepEqual(d.settled, [{ deadline: 5, at: 10 }]);
+  });
+});
+
+Deno.test("an error while settling is reported and the ticker carries on", () => {
+  const d = fakeDeadlines([5, 50]);
+  const s = fakeScheduler();
+  const errors: unknown[] = [];
+  let fail = true;
+  const tk = new Ticker({
+    nextDeadline: d.target.nextDeadline,
+    advance: () => {
+      if (fail) {
+        fail = false;
+        throw new Error("tokens exhausted");
+      }
+      d.target.advance();
+    },
+  }, {
+    clock: () => d.clock.now,
+    afterTick: () => {},
+    onError: (error) => errors.push(error),
+    scheduler: s.scheduler,
+  });
+  tk.arm();
+  d.clock.now = 5;
+  s.run();
+  assert.equal(errors.length, 1);
+  assert.deepEqual(s.live(), ["timeout:0"], "the due deadline is tried again");
+  s.run();
+  assert.deepEqual(d.settled.map((x) => x.deadline), [5]);
+  assert.deepEqual(s.live(), ["timeout:45"]);
+});
+
+Deno.test("on the runtime's timers, dense deadlines are all settled, none early, and stop() leaves nothing", async () => {
+  const start = performance.now();
+  const deadlines = Array.from({ length: 2000 }, (_, i) => start + 20 + i * 0.005);
+  const due = [...deadlines];
+  const early: number[] = [];
+  let settled = 0;
+  const { promise: done, resolve } = Promise.withResolvers<void>();
+  const tk = new Ticker({
+    nextDeadline: () => due[0],
+    advance: () => {
+      const now = performance.now();
+      while (due.length > 0 && due[0] <= now) {
+        if (due.shift()! > now) early.push(now);
+        settled++;
+      }
+    },
+  }, {
+    clock: () => performance.now(),
+    afterTick: () => {
+      if (due.length === 0) resolve();
+    },
+    onError: (error) => {
+      throw error;
+    },
+  });
+  tk.arm();
+  await done;
+  tk.stop();
+  assert.equal(settled, 2000);
+  assert.deepEqual(early, []);
+});
