@@ -105,6 +105,7 @@ export class LockServer {
       table: this.#table,
       graceMs: options.sessionGraceMs ?? 5000,
       clock,
+      refresh: turn?.refresh,
       credentials: options.credentials,
       serving: () =>
         !this.#stopping && (this.#cluster === undefined || this.#cluster.role === "active"),

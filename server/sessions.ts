@@ -23,8 +23,13 @@ export interface SessionsOptions {
   table: LockTable<Ticket>;
   /** How long a session may have no connection before its bound locks go, ms. */
   graceMs: number;
-  /** Monotonic clock, ms. */
+  /** Monotonic clock, ms (the server's per-turn clock). */
   clock(): number;
+  /**
+   * Makes `clock` read fresh time again (a per-turn clock's `refresh`): the grace timer calls it
+   * between steps of a long run of releases, or it would settle against a stale instant.
+   */
+  refresh?(): void;
   /** The credentials in force; `undefined` (or a function returning it) when auth is off. */
   credentials?(): Credentials | undefined;
   /** Whether this node serves now (releases are the serving node's job). */
@@ -76,6 +81,7 @@ export class Sessions {
       advance: () => this.#expire(),
     }, {
       clock: () => performance.now(),
+      refresh: options.refresh,
       afterTick: () => options.released(),
       onError: (error) => options.log.error(`releasing a gone session failed: ${error}`),
       canAdvance: () => options.serving() && (options.canAdvance?.() ?? true),

@@ -266,3 +266,61 @@ Deno.test("Sessions' sweep keeps the owner of a queued acquire: its grant still 
     sessions.stop();
   }
 });
+
+Deno.test("Sessions on a per-turn clock: a long run of releases settles against fresh time, not one stale instant", async () => {
+  const { LockTable } = await import("../server/engine/lock_table.ts");
+  const { Sessions } = await import("../server/sessions.ts");
+  const { silentLogger } = await import("../server/log.ts");
+  const { turnClock } = await import("../server/ticker.ts");
+  type Ticket = import("../server/session.ts").Ticket;
+  // Wired like server.ts: the table and the sessions read the server's per-turn clock.
+  const turn = turnClock();
+  let token = 0n;
+  const table = new LockTable<Ticket>({
+    clock: turn.now,
+    nextToken: () => ++token,
+    hooks: { granted: () => {}, timedOut: () => {} },
+  });
+  const sessions = new Sessions({
+    table,
+    graceMs: 20,
+    clock: turn.now,
+    refresh: turn.refresh,
+    serving: () => true,
+    released: () => {},
+    log: silentLogger,
+    sweepMs: 60_000,
+  });
+  try {
+    const a = sessions.owners.intern("a", S1, true);
+    const b = sessions.owners.intern("b", S2, true);
+    for (let i = 0; i < 15; i++) table.acquire(`a${i}`, 60_000, 0, {} as Ticket, a.id);
+    table.acquire("b", 60_000, 0, {} as Ticket, b.id);
+    // Releasing S1's locks takes 3 ms (0.2 ms each); S2's grace ends 2.5 ms after S1's (later
+    // than a timer runs late), so during it. With a stale instant the timer's catch-up loop
+    // would ask again and again, in vain, until its 5 ms budget is spent.
+    const release = table.release.bind(table);
+    table.release = (key, t) => {
+      if (key.startsWith("a")) {
+        const until = performance.now() + 0.2;
+        while (performance.now() < until) { /* the cost of a release */ }
+      }
+      return release(key, t);
+    };
+    let asked = 0;
+    const due = sessions.grace.due.bind(sessions.grace);
+    sessions.grace.due = (now: number) => {
+      asked++;
+      return due(now);
+    };
+    const start = performance.now();
+    sessions.grace.detach(S1, start);
+    sessions.grace.detach(S2, start + 2.5);
+    sessions.arm();
+    for (let i = 0; i < 400 && table.held > 0; i++) await new Promise((r) => setTimeout(r, 5));
+    assert.equal(table.held, 0, "both sessions' locks released");
+    assert.ok(asked <= 5, `the grace was asked ${asked} times`);
+  } finally {
+    sessions.stop();
+  }
+});

@@ -13,6 +13,7 @@ import {
   type Deadlines,
   POLL_SHARE,
   POLL_WINDOW_MS,
+  RUNTIME_SCHEDULER,
   type Scheduler,
   Ticker,
 } from "../server/ticker.ts";
@@ -51,6 +52,13 @@ function fakeScheduler() {
       assert.ok(i >= 0, "nothing is scheduled");
       const [entry] = pending.splice(i, 1);
       entry.fn();
+    },
+    /** Runs every callback that was cancelled (as if the cancel came too late); returns how many. */
+    runCancelled: () => {
+      const late = pending.filter((p) => p.cancelled);
+      for (const entry of late) pending.splice(pending.indexOf(entry), 1);
+      for (const entry of late) entry.fn();
+      return late.length;
     },
   };
 }
@@ -309,34 +317,117 @@ Deno.test("an error while settling is reported and the ticker carries on", () =>
   assert.deepEqual(s.live(), ["timeout:45"]);
 });
 
-Deno.test("on the runtime's timers, dense deadlines are all settled, none early, and stop() leaves nothing", async () => {
-  const start = performance.now();
-  const deadlines = Array.from({ length: 2000 }, (_, i) => start + 20 + i * 0.005);
-  const due = [...deadlines];
-  const early: number[] = [];
+Deno.test("a poll pending when the ticker freezes settles nothing until the freeze ends", () => {
+  const d = fakeDeadlines([5, 5.5], 0.25);
+  const s = fakeScheduler();
+  let frozen = false;
+  const tk = new Ticker(d.target, {
+    clock: () => d.clock.now,
+    afterTick: () => {},
+    onError: () => {},
+    canAdvance: () => !frozen,
+    scheduler: s.scheduler,
+  });
+  tk.arm();
+  d.clock.now = 5;
+  s.run();
+  assert.deepEqual(s.live(), ["immediate"]);
+  frozen = true; // a cluster node starts handing over
+  d.clock.now = 5.6;
+  s.run();
+  assert.equal(d.settled.length, 1, "nothing settled while frozen");
+  assert.deepEqual(s.live(), [], "and nothing armed");
+  tk.arm();
+  assert.deepEqual(s.live(), [], "arm() arms nothing while frozen");
+  frozen = false; // the handover was not taken: the node fires its ticker again
+  tk.fire();
+  assert.deepEqual(d.settled.map((x) => x.deadline), [5, 5.5]);
+});
+
+Deno.test("stop() cancels a pending timer, and a callback that runs anyway after it does nothing", async (t) => {
+  await t.step("a pending timer", () => {
+    const d = fakeDeadlines([5, 50]);
+    const s = fakeScheduler();
+    const { ticker: tk } = ticker(d, s);
+    tk.arm();
+    assert.deepEqual(s.live(), ["timeout:5"]);
+    tk.stop();
+    assert.deepEqual(s.live(), []);
+    d.clock.now = 60;
+    assert.equal(s.runCancelled(), 1);
+    assert.deepEqual(d.settled, []);
+    assert.deepEqual(s.live(), []);
+  });
+
+  await t.step("a pending poll", () => {
+    const d = fakeDeadlines([5, 5.5], 0.25);
+    const s = fakeScheduler();
+    const { ticker: tk } = ticker(d, s);
+    tk.arm();
+    d.clock.now = 5;
+    s.run();
+    assert.deepEqual(s.live(), ["immediate"]);
+    tk.stop();
+    d.clock.now = 6;
+    assert.equal(s.runCancelled(), 1);
+    assert.equal(d.settled.length, 1);
+    assert.deepEqual(s.live(), []);
+  });
+});
+
+Deno.test("a poll whose deadline went away times a far one at once, whatever its window", () => {
+  const d = fakeDeadlines([5, 6.5], 1); // 1 ms of settling: a window of min(2, 4) = 2 ms
+  const s = fakeScheduler();
+  const { ticker: tk } = ticker(d, s);
+  tk.arm();
+  d.clock.now = 5;
+  s.run();
+  assert.deepEqual(s.live(), ["immediate"]);
+  d.due.splice(0, 1, 16); // released; the next deadline is 10 ms away
+  s.run();
+  assert.deepEqual(s.live(), ["timeout:10"]);
+});
+
+Deno.test("on the runtime's timers, close deadlines are polled for and all settled, and stop() leaves nothing", async () => {
+  // 500 deadlines 0.1 ms apart, each costing 20 µs to settle: a timer runs 0.2 ms or more
+  // late, so some settlements find several due and earn a poll for the next one.
+  const start = performance.now() + 20;
+  const due = Array.from({ length: 500 }, (_, i) => start + i * 0.1);
   let settled = 0;
+  const calls = { timeout: 0, immediate: 0 };
+  const counted: Scheduler = {
+    ...RUNTIME_SCHEDULER,
+    timeout: (fn, ms) => (calls.timeout++, RUNTIME_SCHEDULER.timeout(fn, ms)),
+    immediate: (fn) => (calls.immediate++, RUNTIME_SCHEDULER.immediate(fn)),
+  };
   const { promise: done, resolve } = Promise.withResolvers<void>();
   const tk = new Ticker({
     nextDeadline: () => due[0],
     advance: () => {
       const now = performance.now();
       while (due.length > 0 && due[0] <= now) {
-        if (due.shift()! > now) early.push(now);
+        due.shift();
         settled++;
+        const until = performance.now() + 0.02;
+        while (performance.now() < until) { /* the cost of a settlement */ }
       }
     },
   }, {
     clock: () => performance.now(),
-    afterTick: () => {
-      if (due.length === 0) resolve();
-    },
+    afterTick: () => due.length === 0 && resolve(),
     onError: (error) => {
       throw error;
     },
+    scheduler: counted,
   });
   tk.arm();
   await done;
+  assert.equal(settled, 500);
+  assert.ok(calls.immediate > 0, `polled ${calls.immediate} times, timed ${calls.timeout} times`);
+  // Stopped with a deadline pending: nothing settles it any more.
+  due.push(performance.now() + 1);
+  tk.arm();
   tk.stop();
-  assert.equal(settled, 2000);
-  assert.deepEqual(early, []);
+  await new Promise((r) => setTimeout(r, 10));
+  assert.equal(settled, 500);
 });
