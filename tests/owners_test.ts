@@ -1,13 +1,14 @@
 /**
  * Unit tests of who holds a lock ({@linkcode Owners}) and of the grace period of sessions
- * ({@linkcode SessionGrace}), docs/protocol.md "Sessions", on explicit clock numbers. Pure:
- * no sockets, no timers.
+ * ({@linkcode SessionGrace}), docs/protocol.md "Sessions", on explicit clock numbers (pure: no
+ * sockets, no timers); then two tests of `Sessions` wired to a lock table, on real timers.
  *
  * @module
  */
 
 import assert from "node:assert/strict";
 import { type Owner, Owners, SessionGrace } from "../server/owners.ts";
+import type { Ticket } from "../server/session.ts";
 
 const S1 = "11111111111111111111111111111111";
 const S2 = "22222222222222222222222222222222";
@@ -225,24 +226,36 @@ Deno.test("SessionGrace on a node that does not serve counts open sessions only,
   assert.equal(grace.size, 0);
 });
 
-Deno.test("Sessions' sweep keeps the owner of a queued acquire: its grant still names its holder", async () => {
+/**
+ * A lock table and the {@linkcode Sessions} of a serving node on `clock` (with `refresh`, as
+ * server.ts wires them); these use real timers, unlike the tests above. Stop the sessions.
+ */
+async function tableWithSessions(
+  options: { clock: () => number; refresh?: () => void; graceMs: number; sweepMs: number },
+) {
   const { LockTable } = await import("../server/engine/lock_table.ts");
   const { Sessions } = await import("../server/sessions.ts");
   const { silentLogger } = await import("../server/log.ts");
-  type Ticket = import("../server/session.ts").Ticket;
   let token = 0n;
   const table = new LockTable<Ticket>({
-    clock: () => performance.now(),
+    clock: options.clock,
     nextToken: () => ++token,
     hooks: { granted: () => {}, timedOut: () => {} },
   });
   const sessions = new Sessions({
+    ...options,
     table,
-    graceMs: 5000,
-    clock: () => performance.now(),
     serving: () => true,
     released: () => {},
     log: silentLogger,
+  });
+  return { table, sessions };
+}
+
+Deno.test("Sessions' sweep keeps the owner of a queued acquire: its grant still names its holder", async () => {
+  const { table, sessions } = await tableWithSessions({
+    clock: () => performance.now(),
+    graceMs: 5000,
     sweepMs: 10,
   });
   try {
@@ -268,27 +281,13 @@ Deno.test("Sessions' sweep keeps the owner of a queued acquire: its grant still 
 });
 
 Deno.test("Sessions on a per-turn clock: a long run of releases settles against fresh time, not one stale instant", async () => {
-  const { LockTable } = await import("../server/engine/lock_table.ts");
-  const { Sessions } = await import("../server/sessions.ts");
-  const { silentLogger } = await import("../server/log.ts");
   const { turnClock } = await import("../server/ticker.ts");
-  type Ticket = import("../server/session.ts").Ticket;
   // Wired like server.ts: the table and the sessions read the server's per-turn clock.
   const turn = turnClock();
-  let token = 0n;
-  const table = new LockTable<Ticket>({
-    clock: turn.now,
-    nextToken: () => ++token,
-    hooks: { granted: () => {}, timedOut: () => {} },
-  });
-  const sessions = new Sessions({
-    table,
-    graceMs: 20,
+  const { table, sessions } = await tableWithSessions({
     clock: turn.now,
     refresh: turn.refresh,
-    serving: () => true,
-    released: () => {},
-    log: silentLogger,
+    graceMs: 20,
     sweepMs: 60_000,
   });
   try {

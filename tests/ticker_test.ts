@@ -16,6 +16,7 @@ import {
   RUNTIME_SCHEDULER,
   type Scheduler,
   Ticker,
+  type TickerOptions,
 } from "../server/ticker.ts";
 
 interface Pending {
@@ -85,17 +86,39 @@ function fakeDeadlines(deadlines: number[], costMs = 0) {
   return { clock, due, settled, target };
 }
 
-function ticker(d: ReturnType<typeof fakeDeadlines>, s: ReturnType<typeof fakeScheduler>) {
+/**
+ * A ticker on `d`'s fake clock and `s`'s fake timers; `options` replaces any of its options
+ * (by default errors are thrown, ticks counted).
+ */
+function ticker(
+  d: ReturnType<typeof fakeDeadlines>,
+  s: ReturnType<typeof fakeScheduler>,
+  options: Partial<TickerOptions> & { target?: Deadlines } = {},
+) {
   let ticks = 0;
-  const t = new Ticker(d.target, {
+  const { target = d.target, ...rest } = options;
+  const t = new Ticker(target, {
     clock: () => d.clock.now,
     afterTick: () => ticks++,
     onError: (error) => {
       throw error;
     },
     scheduler: s.scheduler,
+    ...rest,
   });
   return { ticker: t, ticks: () => ticks };
+}
+
+/** Arms `tk`, sets the clock to `at` and runs the timer it armed: its first settlement. */
+function fireAt(
+  tk: Ticker,
+  d: ReturnType<typeof fakeDeadlines>,
+  s: ReturnType<typeof fakeScheduler>,
+  at: number,
+): void {
+  tk.arm();
+  d.clock.now = at;
+  s.run();
 }
 
 Deno.test("a lone deadline is timed, never polled, and settled when the timer fires", () => {
@@ -162,9 +185,7 @@ Deno.test("the poll window is bounded by the settling share and by POLL_WINDOW_M
     const d = fakeDeadlines([5, 5.5], 0.25); // settling the first takes 0.25 ms
     const s = fakeScheduler();
     const { ticker: tk } = ticker(d, s);
-    tk.arm();
-    d.clock.now = 5;
-    s.run();
+    fireAt(tk, d, s, 5);
     // Clock 5.25, next 5.5: 0.25 ms away, within POLL_SHARE × 0.25 = 1 ms.
     assert.equal(d.settled.length, 1);
     assert.deepEqual(s.live(), ["immediate"]);
@@ -181,9 +202,7 @@ Deno.test("the poll window is bounded by the settling share and by POLL_WINDOW_M
     const d = fakeDeadlines([5, 5.5], 0.05); // 0.05 ms of settling earns 0.2 ms of polling
     const s = fakeScheduler();
     const { ticker: tk } = ticker(d, s);
-    tk.arm();
-    d.clock.now = 5;
-    s.run();
+    fireAt(tk, d, s, 5);
     assert.equal(POLL_SHARE * 0.05 < 0.45, true);
     assert.deepEqual(s.live(), ["timeout:1"]);
   });
@@ -192,9 +211,7 @@ Deno.test("the poll window is bounded by the settling share and by POLL_WINDOW_M
     const d = fakeDeadlines([5, 5 + 4 + POLL_WINDOW_MS + 0.5], 4); // 4 ms of settling
     const s = fakeScheduler();
     const { ticker: tk } = ticker(d, s);
-    tk.arm();
-    d.clock.now = 5;
-    s.run();
+    fireAt(tk, d, s, 5);
     assert.deepEqual(s.live(), [`timeout:${Math.ceil(POLL_WINDOW_MS + 0.5)}`]);
   });
 
@@ -202,9 +219,7 @@ Deno.test("the poll window is bounded by the settling share and by POLL_WINDOW_M
     const d = fakeDeadlines([5, 5.5], 0.25); // window 1 ms from 5.25: until 6.25
     const s = fakeScheduler();
     const { ticker: tk } = ticker(d, s);
-    tk.arm();
-    d.clock.now = 5;
-    s.run();
+    fireAt(tk, d, s, 5);
     assert.deepEqual(s.live(), ["immediate"]);
     // The awaited deadline went away (released) and a later one came: 1.5 ms away.
     d.due.splice(0, 1, 6.8);
@@ -220,9 +235,7 @@ Deno.test("the poll window is bounded by the settling share and by POLL_WINDOW_M
     const d = fakeDeadlines([5, 5.5], 0.25);
     const s = fakeScheduler();
     const { ticker: tk } = ticker(d, s);
-    tk.arm();
-    d.clock.now = 5;
-    s.run();
+    fireAt(tk, d, s, 5);
     d.due.length = 0;
     s.run();
     assert.deepEqual(s.live(), []);
@@ -253,9 +266,7 @@ Deno.test("stop() cancels a pending poll and a pending timer; a frozen ticker ar
     const d = fakeDeadlines([5, 5.5], 0.25);
     const s = fakeScheduler();
     const { ticker: tk } = ticker(d, s);
-    tk.arm();
-    d.clock.now = 5;
-    s.run();
+    fireAt(tk, d, s, 5);
     assert.deepEqual(s.live(), ["immediate"]);
     tk.stop();
     assert.deepEqual(s.live(), []);
@@ -269,13 +280,7 @@ Deno.test("stop() cancels a pending poll and a pending timer; a frozen ticker ar
     const d = fakeDeadlines([5]);
     const s = fakeScheduler();
     let frozen = true;
-    const tk = new Ticker(d.target, {
-      clock: () => d.clock.now,
-      afterTick: () => {},
-      onError: () => {},
-      canAdvance: () => !frozen,
-      scheduler: s.scheduler,
-    });
+    const { ticker: tk } = ticker(d, s, { canAdvance: () => !frozen });
     tk.arm();
     d.clock.now = 10;
     tk.fire();
@@ -292,24 +297,20 @@ Deno.test("an error while settling is reported and the ticker carries on", () =>
   const s = fakeScheduler();
   const errors: unknown[] = [];
   let fail = true;
-  const tk = new Ticker({
-    nextDeadline: d.target.nextDeadline,
-    advance: () => {
-      if (fail) {
-        fail = false;
-        throw new Error("tokens exhausted");
-      }
-      d.target.advance();
+  const { ticker: tk } = ticker(d, s, {
+    target: {
+      nextDeadline: d.target.nextDeadline,
+      advance: () => {
+        if (fail) {
+          fail = false;
+          throw new Error("tokens exhausted");
+        }
+        d.target.advance();
+      },
     },
-  }, {
-    clock: () => d.clock.now,
-    afterTick: () => {},
     onError: (error) => errors.push(error),
-    scheduler: s.scheduler,
   });
-  tk.arm();
-  d.clock.now = 5;
-  s.run();
+  fireAt(tk, d, s, 5);
   assert.equal(errors.length, 1);
   assert.deepEqual(s.live(), ["timeout:0"], "the due deadline is tried again");
   s.run();
@@ -321,16 +322,8 @@ Deno.test("a poll pending when the ticker freezes settles nothing until the free
   const d = fakeDeadlines([5, 5.5], 0.25);
   const s = fakeScheduler();
   let frozen = false;
-  const tk = new Ticker(d.target, {
-    clock: () => d.clock.now,
-    afterTick: () => {},
-    onError: () => {},
-    canAdvance: () => !frozen,
-    scheduler: s.scheduler,
-  });
-  tk.arm();
-  d.clock.now = 5;
-  s.run();
+  const { ticker: tk } = ticker(d, s, { canAdvance: () => !frozen });
+  fireAt(tk, d, s, 5);
   assert.deepEqual(s.live(), ["immediate"]);
   frozen = true; // a cluster node starts handing over
   d.clock.now = 5.6;
@@ -363,9 +356,7 @@ Deno.test("stop() cancels a pending timer, and a callback that runs anyway after
     const d = fakeDeadlines([5, 5.5], 0.25);
     const s = fakeScheduler();
     const { ticker: tk } = ticker(d, s);
-    tk.arm();
-    d.clock.now = 5;
-    s.run();
+    fireAt(tk, d, s, 5);
     assert.deepEqual(s.live(), ["immediate"]);
     tk.stop();
     d.clock.now = 6;
@@ -379,9 +370,7 @@ Deno.test("a poll whose deadline went away times a far one at once, whatever its
   const d = fakeDeadlines([5, 6.5], 1); // 1 ms of settling: a window of min(2, 4) = 2 ms
   const s = fakeScheduler();
   const { ticker: tk } = ticker(d, s);
-  tk.arm();
-  d.clock.now = 5;
-  s.run();
+  fireAt(tk, d, s, 5);
   assert.deepEqual(s.live(), ["immediate"]);
   d.due.splice(0, 1, 16); // released; the next deadline is 10 ms away
   s.run();
