@@ -82,7 +82,7 @@ export class LockClient implements AsyncDisposable {
   #requests: RequestContext;
   #session: string;
   /** The addresses the client was given (canonical forms), for `status()`. */
-  #addresses: string[];
+  #addresses: Address[];
 
   /**
    * Creates a client and starts connecting in the background.
@@ -110,7 +110,7 @@ export class LockClient implements AsyncDisposable {
       addresses.set(address.key, address);
     }
     this.#options = resolveOptions(options ?? {}, addresses.size);
-    this.#addresses = [...addresses.keys()];
+    this.#addresses = [...addresses.values()];
     const resolved = this.#options;
     for (const address of addresses.values()) {
       if (address.scheme === "tls") address.caCerts = resolved.caCerts;

@@ -22,6 +22,7 @@ import {
   type Reply,
   statusLine,
 } from "./codec.ts";
+import { type Address, addressText } from "./address.ts";
 import { LockError } from "./errors.ts";
 import { unexpected } from "./requests.ts";
 import type { Router } from "./router.ts";
@@ -63,7 +64,10 @@ export interface LocksOptions {
  * ```
  */
 export interface NodeStatusResult {
-  /** The node's address, as the client was given it (canonical form: `host:port` or URL). */
+  /**
+   * The node's address, as the client was given it, in canonical form: `host:port`,
+   * `tls://host:port` or a URL.
+   */
   address: string;
   /** Its status, when it answered. */
   status?: NodeStatus;
@@ -144,11 +148,12 @@ export async function listLocks(
 /** `S -` asked of each of `addresses` directly (no redirect), at once. Never rejects. */
 export function nodeStatuses(
   router: Router,
-  addresses: readonly string[],
+  addresses: readonly Address[],
 ): Promise<NodeStatusResult[]> {
-  return Promise.all(addresses.map(async (address): Promise<NodeStatusResult> => {
+  return Promise.all(addresses.map(async (to): Promise<NodeStatusResult> => {
+    const address = addressText(to);
     try {
-      const reply = await router.direct(address, "S", "-", statusLine());
+      const reply = await router.direct(to.key, "S", "-", statusLine());
       const status = nodeStatusOf(reply);
       if (status !== undefined) return { address, status };
       if (reply.status === "E") return { address, error: reply.text ?? "refused" };

@@ -104,6 +104,10 @@ Deno.test("LockClient takes tls:// addresses with caCerts, and refuses a server 
       const lock = await client.acquire("tls:client", { lease: 10 });
       assert.equal(typeof lock.token, "bigint");
       await lock.release();
+      // status() names the node as it was given, scheme included.
+      const [report] = await client.status();
+      assert.equal(report.address, `tls://127.0.0.1:${server.port}`);
+      assert.equal(report.status?.role, "active");
     } finally {
       await client.close();
     }

@@ -2339,9 +2339,10 @@ async function listLocks(router, { prefix, limit }) {
   }
 }
 function nodeStatuses(router, addresses) {
-  return Promise.all(addresses.map(async (address) => {
+  return Promise.all(addresses.map(async (to) => {
+    const address = addressText(to);
     try {
-      const reply = await router.direct(address, "S", "-", statusLine());
+      const reply = await router.direct(to.key, "S", "-", statusLine());
       const status = nodeStatusOf(reply);
       if (status !== void 0) return {
         address,
@@ -2449,7 +2450,7 @@ var LockClient = class {
     }
     this.#options = resolveOptions(options ?? {}, addresses.size);
     this.#addresses = [
-      ...addresses.keys()
+      ...addresses.values()
     ];
     const resolved = this.#options;
     for (const address of addresses.values()) {
