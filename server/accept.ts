@@ -26,9 +26,17 @@ export interface AcceptRoutes {
   /**
    * A handler for a connection that opened with a peer handshake, or `undefined` when this
    * node has no cluster (the line is then a client's). Returning `null` refuses the peer
-   * (unknown, malformed): the connection is closed.
+   * (unknown, malformed): the connection is closed. Until the handler calls `admitted` with
+   * the peer's address (it proved the cluster secret, or at once without one), the
+   * connection counts as a client's toward `maxConnections` and must be admitted within
+   * {@linkcode FIRST_LINE_MS}; once admitted it no longer counts, and an older link from
+   * the same address is closed (a peer keeps one link to each node: docs/cluster.md).
    */
-  peer?(firstLine: string, socket: LineSocket): LineHandler | null;
+  peer?(
+    firstLine: string,
+    socket: LineSocket,
+    admitted: (address: string) => void,
+  ): LineHandler | null;
 }
 
 /** Options of {@linkcode Acceptor}. */
@@ -67,7 +75,7 @@ type Route = { handler: LineHandler; consumed: boolean } | null;
 
 /** Where {@linkcode FirstLine} routes and reports (the acceptor). */
 interface Routing {
-  route(line: string, socket: LineSocket): Route;
+  route(line: string, socket: LineSocket, router: FirstLine): Route;
   gone(socket: LineSocket): void;
 }
 
@@ -75,7 +83,7 @@ interface Routing {
 class FirstLine implements LineHandler {
   /** Its socket (set right after the socket is made with this as its handler). */
   socket!: LineSocket;
-  /** The timer of its first line's deadline, until that line comes. */
+  /** The timer of its first line's deadline, until that line comes (a peer's: its admission). */
   deadline: ReturnType<typeof setTimeout> | undefined;
   #target: LineHandler | undefined;
   #routing: Routing;
@@ -87,7 +95,7 @@ class FirstLine implements LineHandler {
   line(text: string): void {
     if (this.#target === undefined) {
       clearTimeout(this.deadline);
-      const routed = this.#routing.route(text, this.socket);
+      const routed = this.#routing.route(text, this.socket, this);
       if (routed === null) return;
       this.#target = routed.handler;
       if (routed.consumed) return;
@@ -98,7 +106,7 @@ class FirstLine implements LineHandler {
   invalid(text: string): void {
     if (this.#target === undefined) {
       clearTimeout(this.deadline);
-      const routed = this.#routing.route("", this.socket);
+      const routed = this.#routing.route("", this.socket, this);
       if (routed === null) return;
       this.#target = routed.handler;
     }
@@ -121,7 +129,10 @@ export class Acceptor implements Routing {
   #routes: AcceptRoutes;
   #options: AcceptorOptions;
   #clients = new Set<LineSocket>();
-  #peers = new Set<LineSocket>();
+  /** Admitted inbound peer links, with the address each proved or claimed. */
+  #peers = new Map<LineSocket, string>();
+  /** The newest admitted link of each peer address. */
+  #peerLinks = new Map<string, LineSocket>();
   #closed = false;
   #loop: Promise<void>;
   /** Refusals at the cap: one line a second under a flood. */
@@ -168,7 +179,7 @@ export class Acceptor implements Routing {
 
   /** Closes the inbound peer connections (after the cluster stopped). */
   async closePeers(): Promise<void> {
-    const peers = [...this.#peers];
+    const peers = [...this.#peers.keys()];
     for (const socket of peers) socket.close();
     await Promise.all(peers.map((s) => s.done));
   }
@@ -291,25 +302,45 @@ export class Acceptor implements Routing {
   }
 
   /** The first line of `socket` decides: a peer's handshake, or a client. @internal */
-  route(line: string, socket: LineSocket): Route {
+  route(line: string, socket: LineSocket, router: FirstLine): Route {
     if (line.startsWith("PEER ") && this.#routes.peer !== undefined) {
-      this.#clients.delete(socket);
       socket.ungate(); // a peer's challenge does not wait for the standbys
-      const handler = this.#routes.peer(line, socket);
+      const admitted = (address: string) => this.#admit(socket, address, router);
+      const handler = this.#routes.peer(line, socket, admitted);
       if (handler === null) {
         socket.close();
         return null;
       }
-      this.#peers.add(socket);
+      // Still counted as a client's: a handshake that proves nothing must not hold a
+      // socket past the cap, nor for good.
+      if (!this.#peers.has(socket) && !socket.closed) {
+        router.deadline = setTimeout(this.#silent, FIRST_LINE_MS, socket, "no peer proof");
+      }
       return { handler, consumed: true };
     }
     return { handler: this.#routes.client(socket), consumed: false };
   }
 
+  /** The peer handshake on `socket` succeeded: a link from `address`, out of the cap. */
+  #admit(socket: LineSocket, address: string, router: FirstLine): void {
+    clearTimeout(router.deadline);
+    if (socket.closed || this.#peers.has(socket)) return;
+    this.#clients.delete(socket);
+    this.#peers.set(socket, address);
+    const older = this.#peerLinks.get(address);
+    this.#peerLinks.set(address, socket);
+    // The peer redialled: its old link is dead on its side (or an impostor's, without a
+    // cluster secret). Closing it bounds the links to one per listed peer.
+    older?.close();
+  }
+
   /** `socket` closed. @internal */
   gone(socket: LineSocket): void {
     this.#clients.delete(socket);
+    const address = this.#peers.get(socket);
+    if (address === undefined) return;
     this.#peers.delete(socket);
+    if (this.#peerLinks.get(address) === socket) this.#peerLinks.delete(address);
   }
 }
 

@@ -176,7 +176,7 @@ export class LockServer {
     this.#acceptor = new Acceptor(listener, {
       // The socket is the session's reply sink itself (no wrapper per connection).
       client: (socket) => new ClientSession(ctx, socket),
-      peer: cluster === undefined ? undefined : (line, socket) => {
+      peer: cluster === undefined ? undefined : (line, socket, admitted) => {
         const hello = decodePeer(line);
         const node = this.#cluster!;
         const refuse = (kind: string, why: string) => {
@@ -205,14 +205,16 @@ export class LockServer {
             `${hello.address} authenticates peers, this node has no --peer-secret-file`,
           );
         }
-        const inbound = () =>
-          new PeerInbound(node, hello.address, {
+        const inbound = () => {
+          admitted(hello.address);
+          return new PeerInbound(node, hello.address, {
             openedAt: clock(),
             close: () => socket.close(),
             log,
             trace: cluster.trace,
             traceHeartbeats: cluster.traceHeartbeats,
           });
+        };
         if (secret === undefined) return inbound();
         return new AcceptorHandshake({
           secret,

@@ -1,0 +1,99 @@
+/**
+ * Peer handshakes and the connection cap (docs/protocol.md, "Limits and overload";
+ * docs/cluster.md, "Peer protocol"): a connection that opens with `PEER` counts toward
+ * `--max-connections` until it is admitted (it proved the cluster secret, or at once without
+ * one), must be admitted within 10 s, and a peer address keeps one admitted inbound link.
+ * One real node whose other listed peer is down, spoken to over raw TCP.
+ */
+
+import assert from "node:assert/strict";
+import { grantOf, LineClient, type ServerProcess, startServer, waitFor } from "./_helpers.ts";
+import { freePort } from "./_client_fixture.ts";
+
+const PEER_SECRET = "admission-peer-Secret-4c1d9e";
+
+/** A node listed with a second, dead peer (`other`), with `args` added. */
+async function withNode(
+  args: string[],
+  fn: (server: ServerProcess, other: string) => Promise<void>,
+): Promise<void> {
+  const port = freePort();
+  const other = `127.0.0.1:${freePort()}`;
+  const dir = await Deno.makeTempDir({ prefix: "lockd-admission-" });
+  await Deno.writeTextFile(`${dir}/cluster.secret`, PEER_SECRET + "\n");
+  const withSecret = args.map((a) => a === "SECRET" ? `${dir}/cluster.secret` : a);
+  const server = await startServer({
+    listen: `127.0.0.1:${port}`,
+    args: ["--peers", `127.0.0.1:${port},${other}`, ...withSecret],
+  });
+  try {
+    await fn(server, other);
+  } finally {
+    await server.stop();
+    await Deno.remove(server.dataDir, { recursive: true });
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+/** Opens a connection whose first line is a peer handshake claiming `address`. */
+async function posingAs(port: number, address: string, nonce?: string): Promise<LineClient> {
+  const c = await LineClient.connect(port);
+  await c.send(`PEER 4 ${address}` + (nonce === undefined ? "" : ` ${nonce}`));
+  return c;
+}
+
+Deno.test("peer handshakes that prove nothing count toward --max-connections and are closed after 10 s", async () => {
+  await withNode(
+    ["--peer-secret-file", "SECRET", "--max-connections", "3"],
+    async (server, other) => {
+      const posers = await Promise.all(
+        [0, 1, 2].map(() => posingAs(server.port, other, "ab".repeat(16))),
+      );
+      try {
+        // Each got the node's challenge and says nothing more: the three fill the cap.
+        for (const p of posers) assert.match((await p.readLine(3000))!, /^PEERAUTH [0-9a-f]{32} /);
+        const refused = await LineClient.connect(server.port);
+        assert.deepEqual(await refused.closedByPeer(5000), ["- - E too many connections"]);
+        await refused.close();
+        for (const p of posers) assert.deepEqual(await p.closedByPeer(15_000), []);
+        await waitFor(
+          () => /closed 127\.0\.0\.1:\d+: no peer proof within 10 s/.test(server.stderr()),
+          "the silent close logged",
+        );
+        // Their places are free again.
+        const client = await LineClient.connect(server.port);
+        grantOf((await client.request("A admission:k 10 0"))!, "admission:k");
+        await client.close();
+      } finally {
+        for (const p of posers) await p.close();
+      }
+    },
+  );
+});
+
+Deno.test("an admitted peer link leaves the cap to clients, and a newer link from its address closes it", async () => {
+  await withNode(["--max-connections", "2"], async (server, other) => {
+    const links: LineClient[] = [];
+    const clients: LineClient[] = [];
+    try {
+      // Without a cluster secret a handshake is admitted at once; each newer one from the
+      // same address closes the one before, so only the last stays.
+      for (let i = 0; i < 4; i++) {
+        links.push(await posingAs(server.port, other));
+        if (i > 0) assert.deepEqual(await links[i - 1].closedByPeer(5000), [], `link ${i - 1}`);
+      }
+      assert.equal(await links[3].silentFor(300), true);
+      // The open link is not a client's: two clients fit under --max-connections 2.
+      for (const key of ["admission:a", "admission:b"]) {
+        const c = await LineClient.connect(server.port);
+        clients.push(c);
+        grantOf((await c.request(`A ${key} 10 0`))!, key);
+      }
+      const third = await LineClient.connect(server.port);
+      assert.deepEqual(await third.closedByPeer(5000), ["- - E too many connections"]);
+      await third.close();
+    } finally {
+      for (const c of [...links, ...clients]) await c.close();
+    }
+  });
+});
