@@ -36,6 +36,7 @@ import {
   nodeStatuses,
   type NodeStatusResult,
 } from "./inspect.ts";
+import { defaultClientName, newSessionId } from "./identity.ts";
 import { Router, sleep } from "./router.ts";
 import { CloseGate } from "./close_gate.ts";
 
@@ -96,10 +97,9 @@ export class LockClient implements AsyncDisposable {
     const list = serverList(servers);
     const addresses = new Map<string, Address>();
     // WebSocket connections carry this client's id, so a bridge treats them as one client:
-    // a grant taken on one can be released on the other. TCP connections carry it as the
-    // session of their hello.
+    // a grant taken on one can be released on the other.
     const id = crypto.randomUUID();
-    const session = id.replaceAll("-", "");
+    const session = newSessionId();
     for (const text of list) {
       const address = parseAddress(text);
       if (address.url !== undefined) {
@@ -126,7 +126,7 @@ export class LockClient implements AsyncDisposable {
         session,
         line: helloLine({
           session,
-          name: resolved.name ?? `client-${session.slice(0, 8)}`,
+          name: resolved.name ?? defaultClientName(),
           credential: resolved.auth,
         }),
         credential: resolved.auth !== undefined,

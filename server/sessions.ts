@@ -155,7 +155,8 @@ export class Sessions {
     const table = this.#options.table;
     for (const session of this.grace.due(this.#options.clock())) {
       let released = 0;
-      for (const owner of this.owners.boundOf(session)) {
+      const bound = this.owners.boundOf(session);
+      for (const owner of bound) {
         for (const holder of [...table.holdersOf(owner.id)]) {
           if (table.release(holder.key, holder.token)) released++;
         }
@@ -163,7 +164,8 @@ export class Sessions {
       if (released > 0) {
         this.#options.log.info(
           `session ${session.slice(0, 8)} gone for its grace period: released ${released} lock(s)`,
-          { event: "session-expired", released },
+          // The client's name, to tell whose session it was (the id itself is a secret).
+          { event: "session-expired", released, name: bound[0]?.name },
         );
       }
     }

@@ -2365,6 +2365,21 @@ function nodeStatuses(router, addresses) {
   }));
 }
 
+// client/identity.ts
+function newSessionId() {
+  return randomHex(16);
+}
+function defaultClientName() {
+  return `client-${randomHex(4)}`;
+}
+function randomHex(bytes) {
+  let text = "";
+  for (const b of crypto.getRandomValues(new Uint8Array(bytes))) {
+    text += b.toString(16).padStart(2, "0");
+  }
+  return text;
+}
+
 // client/close_gate.ts
 var CloseGate = class {
   #inflight = 0;
@@ -2438,7 +2453,7 @@ var LockClient = class {
     const list = serverList(servers);
     const addresses = /* @__PURE__ */ new Map();
     const id = crypto.randomUUID();
-    const session = id.replaceAll("-", "");
+    const session = newSessionId();
     for (const text of list) {
       const address = parseAddress(text);
       if (address.url !== void 0) {
@@ -2464,7 +2479,7 @@ var LockClient = class {
       session,
       line: helloLine({
         session,
-        name: resolved.name ?? `client-${session.slice(0, 8)}`,
+        name: resolved.name ?? defaultClientName(),
         credential: resolved.auth
       }),
       credential: resolved.auth !== void 0
