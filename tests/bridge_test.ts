@@ -12,6 +12,7 @@
 
 import assert from "node:assert/strict";
 import { type BridgeHandler, createBridgeHandler } from "../client/bridge.ts";
+import { CLOSE_DRAIN_MS } from "../client/bridge/session.ts";
 import { LockClient } from "../mod.ts";
 import { LineClient, startServer } from "./_helpers.ts";
 import { bridgePort, refusedUpgrade, tokenOf, withBridge, WsLines } from "./_bridge.ts";
@@ -232,6 +233,45 @@ Deno.test("bridge answers E to malformed lines and binary frames, and stays usab
     // The session still works.
     const token = tokenOf(await ws.request("A bad:ok 30 0"), "bad:ok");
     assert.equal(await ws.request(`R bad:ok ${token}`), "R bad:ok R");
+  });
+});
+
+Deno.test("bridge closing for an over-long frame sends the replies to the requests before it first", async () => {
+  await withBridge({}, async (f) => {
+    const ws = await f.ws();
+    for (const line of ["A drain:a 30 0", "I drain:a", "A drain:b 30 0"]) ws.send(line);
+    ws.send("A " + "x".repeat(5000));
+    ws.send("A drain:c 30 0"); // after the over-long frame: ignored
+    const replies = [await ws.next(), await ws.next(), await ws.next()].sort();
+    assert.match(replies[0], /^A drain:a A \d+$/);
+    assert.match(replies[1], /^A drain:b A \d+$/);
+    assert.match(replies[2], /^I drain:a I /);
+    assert.equal(await ws.next(), "- - E line too long");
+    assert.equal((await ws.closed).code, 1009);
+    // Its grants went with it, and drain:c was never asked for.
+    const raw = await f.raw();
+    for (const key of ["drain:a", "drain:b", "drain:c"]) {
+      assert.match((await raw.request(`A ${key} 30 5`, 6000))!, new RegExp(`^A ${key} A \\d+$`));
+    }
+  });
+});
+
+Deno.test("bridge closing for an over-long frame waits at most CLOSE_DRAIN_MS for a queued acquire", async () => {
+  await withBridge({}, async (f) => {
+    const raw = await f.raw();
+    const token = tokenOf(await raw.request("A drain:q 30 0"), "drain:q");
+    const ws = await f.ws();
+    ws.send("A drain:q 30 20");
+    assert.equal(await ws.silentFor(200), true); // queued on lockd
+    const sentAt = performance.now();
+    ws.send("A " + "x".repeat(5000));
+    assert.equal(await ws.next(3000), "- - E line too long");
+    assert.ok(performance.now() - sentAt >= CLOSE_DRAIN_MS - 50, "closed before the drain bound");
+    assert.equal((await ws.closed).code, 1009);
+    // The grant that comes after the close is released at once: another client gets the key.
+    assert.equal(await raw.request(`R drain:q ${token}`), "R drain:q R");
+    const next = await f.raw();
+    assert.match((await next.request("A drain:q 30 5", 6000))!, /^A drain:q A \d+$/);
   });
 });
 

@@ -127,6 +127,9 @@ export class ClientGroup {
   }
 }
 
+/** How long a socket closed for an over-long frame waits for earlier replies, in ms. */
+export const CLOSE_DRAIN_MS = 1000;
+
 /** Options of {@linkcode BridgeSession}. */
 export interface BridgeSessionOptions {
   /** Put before every key on the lockd side. */
@@ -146,6 +149,12 @@ export class BridgeSession {
   #order = new ReplyOrder<OrderedReply>();
   #inFlight = 0;
   #closed = false;
+  /** A frame over the limit came: later frames are ignored, and the socket closes soon. */
+  #closing = false;
+  /** Requests relayed to lockd and not answered yet (their replies go out before a close). */
+  #relaying = new Set<Promise<void>>();
+  /** Bounds the wait for those replies once `closing`. */
+  #drainTimer: ReturnType<typeof setTimeout> | undefined;
   #ended: Promise<void>;
   #end!: () => void;
   #cleanups: Promise<unknown>[] = [];
@@ -178,14 +187,13 @@ export class BridgeSession {
   }
 
   #message(data: unknown): void {
-    if (this.#closed) return;
+    if (this.#closed || this.#closing) return;
     if (typeof data !== "string") {
       this.#frame(errorReply("-", "-", "binary frames are not supported"));
       return;
     }
     if (data.length > MAX_LINE_BYTES || utf8Length(data) > MAX_LINE_BYTES) {
-      this.#frame(errorReply("-", "-", LINE_TOO_LONG));
-      this.#socket.close(1009, LINE_TOO_LONG);
+      this.#closeTooLong();
       return;
     }
     if (data.includes("\n") || data.includes("\r")) {
@@ -224,23 +232,25 @@ export class BridgeSession {
     const counted = request.op === "A";
     if (counted) this.#inFlight++;
     const relay = this.#group.relay;
-    relay.exchange(op, target, formatRequest({ ...request, key: target })).then((reply) => {
-      if (this.#closed) {
-        // The page is gone: a late grant is released at once.
-        if (reply.status === "A") this.#track(relay.release(target, reply.token!));
-        return;
-      }
-      if (reply.status === "A") this.#group.hold(target, reply.token!);
-      if (request.op !== "A" && (reply.status === "R" || reply.status === "N")) {
-        this.#group.unhold(target, request.token);
-      }
-      this.#settle(op, key, place, formatReply({ ...reply, op, key } satisfies Reply));
-    }, () => {
-      // No usable lockd connection (or the client closed): let the page's client retry.
-      this.#settle(op, key, place, errorReply(op, key, NO_ACTIVE_NODE));
-    }).finally(() => {
-      if (counted) this.#inFlight--;
-    });
+    this.#relayed(
+      relay.exchange(op, target, formatRequest({ ...request, key: target })).then((reply) => {
+        if (this.#closed) {
+          // The page is gone: a late grant is released at once.
+          if (reply.status === "A") this.#track(relay.release(target, reply.token!));
+          return;
+        }
+        if (reply.status === "A") this.#group.hold(target, reply.token!);
+        if (request.op !== "A" && (reply.status === "R" || reply.status === "N")) {
+          this.#group.unhold(target, request.token);
+        }
+        this.#settle(op, key, place, formatReply({ ...reply, op, key } satisfies Reply));
+      }, () => {
+        // No usable lockd connection (or the client closed): let the page's client retry.
+        this.#settle(op, key, place, errorReply(op, key, NO_ACTIVE_NODE));
+      }).finally(() => {
+        if (counted) this.#inFlight--;
+      }),
+    );
   }
 
   /**
@@ -267,11 +277,39 @@ export class BridgeSession {
     }
     const place: OrderedReply = { reply: undefined };
     this.#order.push(echoId(op, key), place);
-    this.#group.relay.exchange(op, target, inspectLine(target)).then((reply) => {
-      if (!this.#closed) this.#settle(op, key, place, formatReply({ ...reply, op, key }));
-    }, () => {
-      this.#settle(op, key, place, errorReply(op, key, NO_ACTIVE_NODE));
-    });
+    this.#relayed(
+      this.#group.relay.exchange(op, target, inspectLine(target)).then((reply) => {
+        if (!this.#closed) this.#settle(op, key, place, formatReply({ ...reply, op, key }));
+      }, () => {
+        this.#settle(op, key, place, errorReply(op, key, NO_ACTIVE_NODE));
+      }),
+    );
+  }
+
+  /** Keeps `relaying` (which never rejects) among the requests a close waits for. */
+  #relayed(relaying: Promise<void>): void {
+    this.#relaying.add(relaying);
+    relaying.finally(() => this.#relaying.delete(relaying));
+  }
+
+  /**
+   * A frame over the limit: as over TCP (docs/protocol.md, "Framing"), the replies to the
+   * requests before it go out first, then `E line too long`, then the socket closes (1009).
+   * An acquire queued on lockd is not waited for past {@linkcode CLOSE_DRAIN_MS}: its grant,
+   * if one comes later, is released at once, as for any closed socket.
+   */
+  #closeTooLong(): void {
+    this.#closing = true;
+    if (this.#relaying.size === 0) return this.#tooLong();
+    this.#drainTimer = setTimeout(() => this.#tooLong(), CLOSE_DRAIN_MS);
+    Promise.all(this.#relaying).then(() => this.#tooLong());
+  }
+
+  #tooLong(): void {
+    clearTimeout(this.#drainTimer);
+    if (this.#closed || this.#socket.readyState !== OPEN) return;
+    this.#frame(errorReply("-", "-", LINE_TOO_LONG));
+    this.#socket.close(1009, LINE_TOO_LONG);
   }
 
   /** Replies now, or behind earlier replies of the same (op, key). */
@@ -297,6 +335,7 @@ export class BridgeSession {
   #closedBySocket(): void {
     if (this.#closed) return;
     this.#closed = true;
+    clearTimeout(this.#drainTimer);
     this.#order.clear();
     // Done once the client's locks are released (when this was its last session). Requests
     // still in flight finish on their own: a grant that arrives for them is released at once.
