@@ -42,6 +42,18 @@ export interface Inspection {
   status(): NodeStatus;
 }
 
+/**
+ * Below this (ms), what is left of a lease is floating-point noise: `(t + 60000) - t` is
+ * 60000.00000000001 for some clock readings `t`, which rounded up would show a lease of 60 s
+ * granted in this very turn as 60.001 s left.
+ */
+const NOISE_MS = 1e-6;
+
+/** What is left of a lease ending at `deadline`, at `now`: whole ms rounded up, at least 0. */
+function leaseLeftMs(deadline: number, now: number): number {
+  return Math.max(0, Math.ceil(deadline - now - NOISE_MS));
+}
+
 /** The name of the client holding `holder`, or `null` (no hello, or unknown). */
 function holderName(holder: Holder, owners: Owners | undefined): string | null {
   return holder.owner === 0 ? null : owners?.get(holder.owner)?.name ?? null;
@@ -67,7 +79,7 @@ export function keyInfos(
       key,
       token: String(holder.token),
       holder: holderName(holder, ctx.owners),
-      leaseLeftSeconds: Math.max(0, Math.ceil(holder.deadline - now)) / 1000,
+      leaseLeftSeconds: leaseLeftMs(holder.deadline, now) / 1000,
       waiters: table.waitersOf(key),
     });
   }
@@ -85,7 +97,7 @@ export function inspectKeyReply(
   return heldReply(
     request.key,
     holder.token,
-    Math.ceil(holder.deadline - ctx.clock()),
+    leaseLeftMs(holder.deadline, ctx.clock()),
     table.waitersOf(request.key),
     holderName(holder, ctx.owners) ?? undefined,
   );

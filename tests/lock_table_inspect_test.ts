@@ -141,6 +141,29 @@ Deno.test("keyInfos() and inspectKeyReply() give token, holder name, lease left 
   assert.equal(keyInfos(t, ctx, "jobs:1", 1).locks[0].holder, null);
 });
 
+Deno.test("a lease granted in this turn never shows more left than was granted", () => {
+  // (t + 60000) - t is 60000.00000000001 at this clock reading: rounded up, 60.001 s.
+  const t0 = 12345.678901;
+  assert.ok((t0 + 60_000) - t0 > 60_000);
+  let now = t0;
+  const { table: t, at } = table();
+  at(t0);
+  t.acquire("k", 60_000, 0, "a");
+  const ctx: Inspection = {
+    clock: () => now,
+    status: () => {
+      throw new Error("unused");
+    },
+  };
+  assert.equal(keyInfos(t, ctx, "", 10).locks[0].leaseLeftSeconds, 60);
+  assert.equal(inspectKeyReply(t, ctx, { op: "I", key: "k" }), "I k I 1 60 0 -");
+  // Still rounded up a microsecond later, and never negative once the lease is over.
+  now = t0 + 0.001;
+  assert.equal(inspectKeyReply(t, ctx, { op: "I", key: "k" }), "I k I 1 60 0 -");
+  now = t0 + 60_001;
+  assert.equal(inspectKeyReply(t, ctx, { op: "I", key: "k" }), "I k I 1 0 0 -");
+});
+
 Deno.test("buildStatus() of a single node reports itself active, with the table's sizes", () => {
   const { table: t } = table();
   t.acquire("k", 1000, 0, "a");
