@@ -105,6 +105,18 @@ Deno.test("the subcommands exit 77 for a refused credential or prefix, 66 for an
       const ok = await runLockd(["run", "jobs:a", ...servers, ...ops, "--", "true"]);
       assert.equal(ok.code, 0, ok.stderr);
       const admin = { LOCKD_AUTH_NAME: "admin", LOCKD_AUTH_SECRET: ADMIN_SECRET };
+      // CMD gets the environment without the secret (whatever it prints of it shows none).
+      const child = await runLockd([
+        "run",
+        "jobs:env",
+        ...servers,
+        "--",
+        "sh",
+        "-c",
+        'echo "${LOCKD_AUTH_SECRET-none} $LOCKD_AUTH_NAME $LOCKD_KEY"',
+      ], admin);
+      assert.equal(child.code, 0, child.stderr);
+      assert.equal(child.stdout, "none admin jobs:env\n");
       const acquired = await runLockd(["acquire", "any:key", ...servers], admin);
       assert.equal(acquired.code, 0, acquired.stderr);
       const status = await runLockd(["status", ...servers], admin);

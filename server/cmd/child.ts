@@ -35,16 +35,25 @@ export class ChildGroup {
 
   /**
    * Spawns `command` with `args` (no shell), standard streams inherited, `env` added to this
-   * process's environment, in a process group of its own.
+   * process's environment without the variables named in `withheld`, in a process group of
+   * its own.
    *
    * @throws {CommandError} 127 when it is not found, 126 when it cannot be executed.
    */
-  static spawn(command: string, args: string[], env: Record<string, string>): ChildGroup {
+  static spawn(
+    command: string,
+    args: string[],
+    env: Record<string, string>,
+    withheld: readonly string[] = [],
+  ): ChildGroup {
+    const inherited = Deno.env.toObject();
+    for (const name of withheld) delete inherited[name];
     try {
       return new ChildGroup(
         new Deno.Command(command, {
           args,
-          env,
+          clearEnv: true,
+          env: { ...inherited, ...env },
           stdin: "inherit",
           stdout: "inherit",
           stderr: "inherit",

@@ -53,8 +53,8 @@ SYNOPSIS
 DESCRIPTION
     Acquires KEY, then runs CMD with ARGS directly (no shell: arguments
     arrive exactly as given) in a process group of its own, with standard
-    input, output and error inherited and two variables added to its
-    environment:
+    input, output and error inherited, LOCKD_AUTH_SECRET taken out of its
+    environment and two variables added:
         LOCKD_KEY     the key
         LOCKD_TOKEN   the fencing token of the grant (decimal)
     The lease is renewed at a third of its length while CMD runs. The lock
