@@ -127,6 +127,28 @@ Deno.test("connectionOf() reads the credential from a file or LOCKD_AUTH_SECRET,
   assert.match(usage(() => connectionOf(flags(["--name", "a b"]), envOf())), /--name/);
 });
 
+Deno.test("connectionOf() reads a bridge's bearer token from a file or LOCKD_BEARER, never a flag", () => {
+  const flags = (args: string[]) => parseFlags(args, { "bearer-file": { type: "string" } }).values;
+  assert.deepEqual(connectionOf(flags(["--bearer-file", "/t"]), envOf()).bearer, { file: "/t" });
+  assert.deepEqual(connectionOf(flags([]), envOf({ LOCKD_BEARER_FILE: "/e" })).bearer, {
+    file: "/e",
+  });
+  assert.deepEqual(connectionOf(flags([]), envOf({ LOCKD_BEARER: "tok" })).bearer, {
+    value: "tok",
+  });
+  // A file wins over the token in the environment; an empty variable is unset.
+  assert.deepEqual(
+    connectionOf(flags(["--bearer-file", "/t"]), envOf({ LOCKD_BEARER: "tok" })).bearer,
+    { file: "/t" },
+  );
+  assert.equal(connectionOf(flags([]), envOf({ LOCKD_BEARER: "" })).bearer, undefined);
+  for (const flag of ["--bearer", "--token=abc", "--bridge-token"]) {
+    const message = usage(() => parseAcquire(["k", flag, "abc"], envOf()));
+    assert.match(message, /never taken .*--bearer-file/);
+    assert.ok(!message.includes("abc"), message);
+  }
+});
+
 Deno.test("defaultClientName() is lockd-<cmd>@<host>:<pid>, always a valid name", () => {
   assert.equal(defaultClientName("run", "db-1", 42), "lockd-run@db-1:42");
   const odd = defaultClientName("status", "my host\u0001" + "x".repeat(300), 7);
@@ -170,6 +192,7 @@ Deno.test("parseRun() gives the defaults and reads every option", () => {
     servers: [DEFAULT_SERVER],
     caFile: undefined,
     auth: undefined,
+    bearer: undefined,
     name: undefined,
   });
   const full = parseRun(

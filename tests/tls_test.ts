@@ -265,6 +265,32 @@ Deno.test("--bridge-token-file: the bridge requires a bearer token, sent as a pr
             !e.message.includes("token-three"),
         );
         await refused.close();
+        // The lockd subcommands present it with LOCKD_BEARER or --bearer-file; CMD never
+        // sees it.
+        const run = await runLockd([
+          "run",
+          "bridge:cli",
+          "--servers",
+          url,
+          "--",
+          "sh",
+          "-c",
+          'echo "${LOCKD_BEARER-none} $LOCKD_KEY"',
+        ], { LOCKD_BEARER: "token-two" });
+        assert.equal(run.code, 0, run.stderr);
+        assert.equal(run.stdout, "none bridge:cli\n");
+        await Deno.writeTextFile(`${dir}/mine`, "token-one-1234567890\n");
+        const viaFile = await runLockd(
+          ["run", "bridge:cli", "--servers", url, "--bearer-file", `${dir}/mine`, "--", "true"],
+        );
+        assert.equal(viaFile.code, 0, viaFile.stderr);
+        await Deno.writeTextFile(`${dir}/wrong`, "token-three\n");
+        const wrong = await runLockd(
+          ["run", "bridge:cli", "--servers", url, "--bearer-file", `${dir}/wrong`, "--", "true"],
+        );
+        // 69: a bridge's refusal reaches the client as a failed connection (docs/client.md).
+        assert.equal(wrong.code, 69, wrong.stderr);
+        assert.ok(!wrong.stderr.includes("token-three"), wrong.stderr);
       },
     );
   } finally {

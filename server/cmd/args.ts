@@ -18,7 +18,10 @@ export type Env = (name: string) => string | undefined;
 /** The default server when neither `--servers` nor `LOCKD_SERVERS` is given. */
 export const DEFAULT_SERVER = "127.0.0.1:7321";
 
-/** Where a credential's secret comes from: a file, or the `LOCKD_AUTH_SECRET` variable. */
+/**
+ * Where a secret comes from: a file, or a variable (`LOCKD_AUTH_SECRET` for a credential's,
+ * `LOCKD_BEARER` for a bridge's token).
+ */
 export type SecretSource = { file: string } | { value: string };
 
 /** How a subcommand reaches lockd: the connection options after flags and environment. */
@@ -29,6 +32,8 @@ export interface Connection {
   caFile: string | undefined;
   /** The credential's name and where its secret is, when one is given. */
   auth: { name: string; secret: SecretSource } | undefined;
+  /** Where the bearer token a bridge requires is (`ws://`, `wss://` servers), when given. */
+  bearer: SecretSource | undefined;
   /** The client name shown by inspection (`undefined`: the default, `lockd-<cmd>@host:pid`). */
   name: string | undefined;
 }
@@ -48,11 +53,12 @@ export const CONNECTION_FLAGS: Record<string, FlagSpec> = {
   "ca-file": { type: "string" },
   "auth-name": { type: "string" },
   "auth-secret-file": { type: "string" },
+  "bearer-file": { type: "string" },
   name: { type: "string" },
 };
 
 /** Flags people may try for a secret, answered with where a secret goes instead. */
-const SECRET_FLAGS = /^--(secret|auth-secret|password)(=|$)/;
+const SECRET_FLAGS = /^--(secret|auth-secret|password|bearer|token|bridge-token)(=|$)/;
 
 /** What {@linkcode parseFlags} found. */
 export interface Parsed {
@@ -72,7 +78,8 @@ export function parseFlags(args: string[], flags: Record<string, FlagSpec>): Par
   if (secret !== undefined) {
     throw new CommandError(
       `${secret.split("=")[0]}: a secret is never taken from the command line; ` +
-        "use --auth-secret-file FILE or LOCKD_AUTH_SECRET",
+        "use --auth-secret-file FILE or LOCKD_AUTH_SECRET (a bridge's token: --bearer-file " +
+        "FILE or LOCKD_BEARER)",
     );
   }
   let parsed;
@@ -98,7 +105,8 @@ export function parseFlags(args: string[], flags: Record<string, FlagSpec>): Par
  * The connection options from parsed flags and the environment: `--servers` (then
  * `LOCKD_SERVERS`, then {@linkcode DEFAULT_SERVER}), `--ca-file` (`LOCKD_CA_FILE`),
  * `--auth-name` (`LOCKD_AUTH_NAME`) with `--auth-secret-file` (`LOCKD_AUTH_SECRET_FILE`, or
- * the secret itself in `LOCKD_AUTH_SECRET`), and `--name`.
+ * the secret itself in `LOCKD_AUTH_SECRET`), `--bearer-file` (`LOCKD_BEARER_FILE`, or the
+ * token itself in `LOCKD_BEARER`), and `--name`.
  *
  * @throws {CommandError} For a bad address or client name, or half a credential.
  */
@@ -138,6 +146,13 @@ export function connectionOf(values: Parsed["values"], env: Env): Connection {
       "--auth-name needs a secret: --auth-secret-file FILE, or LOCKD_AUTH_SECRET",
     );
   }
+  const bearerFile = flag("bearer-file") ?? variable("LOCKD_BEARER_FILE");
+  const bearerValue = variable("LOCKD_BEARER");
+  const bearer: SecretSource | undefined = bearerFile !== undefined
+    ? { file: bearerFile }
+    : bearerValue !== undefined
+    ? { value: bearerValue }
+    : undefined;
   const name = flag("name");
   if (name !== undefined) {
     const problem = clientNameError(name);
@@ -147,6 +162,7 @@ export function connectionOf(values: Parsed["values"], env: Env): Connection {
     servers,
     caFile: flag("ca-file") ?? variable("LOCKD_CA_FILE"),
     auth: authName === undefined ? undefined : { name: authName, secret: secret! },
+    bearer,
     name,
   };
 }

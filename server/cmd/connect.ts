@@ -1,12 +1,13 @@
 /**
  * A `LockClient` for a subcommand, from its connection options (docs/cli.md, "Connection
- * options"): reads the CA file and the credential's secret file, and names the client.
+ * options"): reads the CA file, the credential's secret and a bridge's token, and names the
+ * client.
  *
  * @module
  */
 
 import { LockClient } from "../../mod.ts";
-import { type Connection, defaultClientName } from "./args.ts";
+import { type Connection, defaultClientName, type SecretSource } from "./args.ts";
 import { CommandError, EXIT } from "./exit.ts";
 
 /** Reads a file named by an option, or says which option named what could not be read. */
@@ -23,6 +24,23 @@ async function readOption(path: string, option: string): Promise<string> {
       : String(error);
     throw new CommandError(`${option}: cannot read ${JSON.stringify(path)}: ${why}`, EXIT.noInput);
   }
+}
+
+/**
+ * A secret from its variable, or from the first line of the file `option` named.
+ *
+ * @throws {CommandError} The file cannot be read (66), or the secret is empty (64).
+ */
+async function secretOf(source: SecretSource, option: string, variable: string): Promise<string> {
+  const secret = "value" in source
+    ? source.value
+    : (await readOption(source.file, option)).split("\n")[0].trim();
+  if (secret === "") {
+    throw new CommandError(
+      "value" in source ? `${variable} is empty` : `${option}: the file's first line is empty`,
+    );
+  }
+  return secret;
 }
 
 /** This machine's name, or `localhost` when it cannot be read. */
@@ -47,20 +65,19 @@ export async function openClient(connection: Connection, command: string): Promi
     : [await readOption(connection.caFile, "--ca-file")];
   let auth: { name: string; secret: string } | undefined;
   if (connection.auth !== undefined) {
-    const source = connection.auth.secret;
-    const secret = "value" in source
-      ? source.value
-      : (await readOption(source.file, "--auth-secret-file")).split("\n")[0].trim();
-    if (secret === "") {
-      throw new CommandError(
-        "value" in source ? "LOCKD_AUTH_SECRET is empty" : "the secret file's first line is empty",
-      );
-    }
+    const secret = await secretOf(
+      connection.auth.secret,
+      "--auth-secret-file",
+      "LOCKD_AUTH_SECRET",
+    );
     auth = { name: connection.auth.name, secret };
   }
+  const bearer = connection.bearer === undefined
+    ? undefined
+    : await secretOf(connection.bearer, "--bearer-file", "LOCKD_BEARER");
   const name = connection.name ?? defaultClientName(command, hostname(), Deno.pid);
   try {
-    return new LockClient(connection.servers, { name, auth, caCerts });
+    return new LockClient(connection.servers, { name, auth, caCerts, bearer });
   } catch (error) {
     // helloLine() says what is wrong with a credential without quoting it.
     throw new CommandError(error instanceof Error ? error.message : String(error));

@@ -26,6 +26,11 @@ const CONNECTION = `CONNECTION OPTIONS
             LOCKD_AUTH_SECRET_FILE); it is never taken from the command
             line, where ps would show it.
 
+    --bearer-file FILE
+            The bearer token a bridge requires (ws:// and wss:// servers),
+            on the file's first line. The token may also come from
+            LOCKD_BEARER (or the file's name from LOCKD_BEARER_FILE).
+
     --name NAME
             The client name whoever inspects a key sees as its holder.
             Default lockd-<command>@<hostname>:<pid>.
@@ -53,8 +58,8 @@ SYNOPSIS
 DESCRIPTION
     Acquires KEY, then runs CMD with ARGS directly (no shell: arguments
     arrive exactly as given) in a process group of its own, with standard
-    input, output and error inherited, LOCKD_AUTH_SECRET taken out of its
-    environment and two variables added:
+    input, output and error inherited, LOCKD_AUTH_SECRET and LOCKD_BEARER
+    taken out of its environment and two variables added:
         LOCKD_KEY     the key
         LOCKD_TOKEN   the fencing token of the grant (decimal)
     The lease is renewed at a third of its length while CMD runs. The lock

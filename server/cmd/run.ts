@@ -94,12 +94,12 @@ export async function runUnderLock(
     }
     let child: ChildGroup;
     try {
-      // The credential's secret stays with lockd run: CMD never needs it, and whatever CMD
-      // prints of its environment must not show it.
+      // The secrets stay with lockd run: CMD never needs them, and whatever CMD prints of its
+      // environment must not show them.
       child = ChildGroup.spawn(run.command[0], run.command.slice(1), {
         LOCKD_KEY: lock.key,
         LOCKD_TOKEN: String(lock.token),
-      }, ["LOCKD_AUTH_SECRET"]);
+      }, ["LOCKD_AUTH_SECRET", "LOCKD_BEARER"]);
     } catch (error) {
       await lock.release().catch(() => {});
       throw error;
