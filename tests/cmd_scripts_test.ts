@@ -131,6 +131,10 @@ Deno.test("lockd locks lists key, token, holder, lease left and waiters, as a ta
 
     const limited = await runLockd(["locks", "--limit", "1", "--json", ...servers]);
     assert.equal(JSON.parse(limited.stdout).length, 1);
+    assert.match(limited.stderr, /more keys are held: these are the first 1 \(raise --limit/);
+    const all = await runLockd(["locks", "--limit", "3", "--json", ...servers]);
+    assert.equal(JSON.parse(all.stdout).length, 3);
+    assert.equal(all.stderr, "");
     const none = await runLockd(["locks", "--prefix", "nothing:", "--json", ...servers]);
     assert.deepEqual(JSON.parse(none.stdout), []);
   });

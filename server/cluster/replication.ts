@@ -334,13 +334,17 @@ export class ReplicationStream implements ReplyGate {
     if (degraded !== this.#degraded) {
       this.#degraded = degraded;
       // Leaving the active role also ends a degraded spell, with no standby to name.
-      if (degraded || inSync !== undefined) {
+      // Degraded is a warning; back in sync is good news (info).
+      if (degraded) {
         this.#options.log?.warn(
-          degraded
-            ? "replication degraded: no standby in sync, answering without acknowledgements"
-            : `replication in sync again (${inSync})`,
-          { event: degraded ? "replication-degraded" : "replication-in-sync", peer: inSync },
+          "replication degraded: no standby in sync, answering without acknowledgements",
+          { event: "replication-degraded" },
         );
+      } else if (inSync !== undefined) {
+        this.#options.log?.info(`replication in sync again (${inSync})`, {
+          event: "replication-in-sync",
+          peer: inSync,
+        });
       }
     }
     return inSync === undefined ? Infinity : reached;

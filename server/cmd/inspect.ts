@@ -57,8 +57,13 @@ export function locksCommand(
   io: Output,
 ): Promise<number> {
   return withClient(args.connection, "locks", io, async (client) => {
-    const locks = await client.locks({ prefix: args.prefix, limit: args.limit });
+    // One more than asked for tells whether the list stops short.
+    const found = await client.locks({ prefix: args.prefix, limit: args.limit + 1 });
+    const locks = found.slice(0, args.limit);
     io.out(args.json ? locksJson(locks) : locksTable(locks));
+    if (found.length > args.limit) {
+      io.err(`more keys are held: these are the first ${args.limit} (raise --limit for more)`);
+    }
     return EXIT.ok;
   });
 }
