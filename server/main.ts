@@ -44,10 +44,15 @@ export async function main(args: string[]): Promise<number> {
   const self = formatHostPort(config.advertise ?? config.listen);
   if (peers.length > 0) {
     const twice = peers.find((p, i) => peers.findIndex((q) => q.address === p.address) !== i);
+    // 0.0.0.0 and :: are where to listen, not addresses to dial or to redirect clients to.
+    const unspecified = peers.find((p) => /^0\.0\.0\.0$|^[0:]*::?[0:]*$/.test(p.target.hostname));
     const problem = peers.length > TOKEN_LANES
       ? `--peers lists ${peers.length} nodes, at most ${TOKEN_LANES} are supported`
       : twice !== undefined
       ? `--peers lists ${twice.address} twice`
+      : unspecified !== undefined
+      ? `--peers lists ${unspecified.address}, which no node can dial: list each node's ` +
+        "reachable address (with --listen 0.0.0.0, give --advertise)"
       : !peers.some((p) => p.address === self)
       ? `--peers must contain this node's address ${self} (set --advertise to how peers reach it)`
       : undefined;
@@ -65,6 +70,14 @@ export async function main(args: string[]): Promise<number> {
   } catch (error) {
     log.error(error instanceof Error ? error.message : String(error), { event: "fatal" });
     return 1;
+  }
+  if (peers.length > 1 && security.credentials !== undefined && security.peerSecret === undefined) {
+    log.warn(
+      "--auth-file without --peer-secret-file: clients need a credential, but anything that " +
+        "reaches this port can open a peer link and send this node cluster state; give every " +
+        'node --peer-secret-file (docs/security.md, "Peers")',
+      { event: "peers-open" },
+    );
   }
   let server: LockServer;
   try {

@@ -7,7 +7,14 @@
  */
 
 import assert from "node:assert/strict";
-import { grantOf, LineClient, type ServerProcess, startServer, waitFor } from "./_helpers.ts";
+import {
+  grantOf,
+  LineClient,
+  runMain,
+  type ServerProcess,
+  startServer,
+  waitFor,
+} from "./_helpers.ts";
 import { freePort } from "./_client_fixture.ts";
 
 const PEER_SECRET = "admission-peer-Secret-4c1d9e";
@@ -96,4 +103,36 @@ Deno.test("an admitted peer link leaves the cap to clients, and a newer link fro
       for (const c of [...links, ...clients]) await c.close();
     }
   });
+});
+
+Deno.test("a cluster node with --auth-file but no --peer-secret-file warns that peers are not checked", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "lockd-admission-auth-" });
+  try {
+    await Deno.writeTextFile(`${dir}/clients.auth`, "admin admin-Secret-0123456789 *\n");
+    await withNode(["--auth-file", `${dir}/clients.auth`], async (server) => {
+      await waitFor(
+        () => /WARN +--auth-file without --peer-secret-file/.test(server.stderr()),
+        "the warning",
+      );
+    });
+    // With the secret, or without --auth-file, nothing is said.
+    for (
+      const args of [["--peer-secret-file", "SECRET", "--auth-file", `${dir}/clients.auth`], []]
+    ) {
+      await withNode(args, (server) => {
+        assert.doesNotMatch(server.stderr(), /without --peer-secret-file/);
+        return Promise.resolve();
+      });
+    }
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("--peers refuses 0.0.0.0 and ::, which no node can dial", async () => {
+  for (const unspecified of ["0.0.0.0:7321", "[::]:7321"]) {
+    const out = await runMain(["--listen", unspecified, "--peers", `${unspecified},127.0.0.1:1`]);
+    assert.equal(out.code, 2);
+    assert.match(out.stderr, /--peers lists .*, which no node can dial: .*--advertise/);
+  }
 });
