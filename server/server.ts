@@ -219,6 +219,7 @@ export class LockServer {
         return new AcceptorHandshake({
           secret,
           dialer: hello.address,
+          self: cluster.self,
           dialerNonce: hello.nonce!,
           remote: socket.remote,
           send: (reply) => socket.send(reply),

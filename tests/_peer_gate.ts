@@ -11,7 +11,7 @@
 /**
  * A front port for one node (its `--advertise` address): forwards every connection to the
  * node, and holds back, while told to, what given peers send it on the links they dialled
- * (a peer is known by its `PEER 4 <address>` line). Held bytes flow again on `heal`, in
+ * (a peer is known by its `PEER 5 <address>` line). Held bytes flow again on `heal`, in
  * order, as after a network stall. Connections that do not start with a peer handshake
  * (clients) pass through untouched.
  *

@@ -5,7 +5,7 @@
  *
  * The network models what the TCP peer links do (docs/cluster.md, "Peer protocol"): node X
  * dials each peer Y and sends on that connection; Y reads it through a `PeerInbound` for X
- * made on the `PEER 4 X` handshake. Lines arrive in order after `delayMs`. A connection that
+ * made on the `PEER 5 X` handshake. Lines arrive in order after `delayMs`. A connection that
  * closes is noticed by the other side after `delayMs` (the sender gets `linkDown` and
  * redials every heartbeat, the receiver's `PeerInbound` gets `closed()`).
  *

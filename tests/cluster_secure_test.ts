@@ -130,7 +130,7 @@ Deno.test("a peer handshake without the cluster secret is refused and logged", a
     // No nonce (a node without --peer-secret-file), then a nonce and a made-up proof.
     let mark = active.logMark();
     const bare = await LineClient.connectTls(active.port, [files.caPem]);
-    await bare.send(`PEER 4 ${posing}`);
+    await bare.send(`PEER 5 ${posing}`);
     assert.deepEqual(await bare.closedByPeer(5000), []);
     await bare.close();
     await active.waitForLog(/refused a peer handshake from 127\.0\.0\.1:\d+: .*no proof/, {
@@ -138,7 +138,7 @@ Deno.test("a peer handshake without the cluster secret is refused and logged", a
     });
     mark = active.logMark();
     const guess = await LineClient.connectTls(active.port, [files.caPem]);
-    await guess.send(`PEER 4 ${posing} ${"ab".repeat(16)}`);
+    await guess.send(`PEER 5 ${posing} ${"ab".repeat(16)}`);
     const challenge = await guess.readLine(3000);
     assert.match(challenge ?? "", /^PEERAUTH [0-9a-f]{32} [0-9a-f]{64}$/);
     await guess.send(`PEERPROOF ${"00".repeat(32)}`);
@@ -149,7 +149,7 @@ Deno.test("a peer handshake without the cluster secret is refused and logged", a
     });
     // An address not in --peers is refused before any challenge.
     const stranger = await LineClient.connectTls(active.port, [files.caPem]);
-    await stranger.send(`PEER 4 127.0.0.1:1 ${"cd".repeat(16)}`);
+    await stranger.send(`PEER 5 127.0.0.1:1 ${"cd".repeat(16)}`);
     assert.deepEqual(await stranger.closedByPeer(5000), []);
     await stranger.close();
     await active.waitForLog(/refused a peer handshake from .*127\.0\.0\.1:1 is not in --peers/);
@@ -158,7 +158,7 @@ Deno.test("a peer handshake without the cluster secret is refused and logged", a
     for (let i = 0; i < 30; i++) {
       const flood = await LineClient.connectTls(active.port, [files.caPem]);
       await flood.send(
-        i % 2 === 0 ? `PEER 4 10.9.${i}.1:7321` : `PEER 4 ${posing} ${"ef".repeat(16)}`,
+        i % 2 === 0 ? `PEER 5 10.9.${i}.1:7321` : `PEER 5 ${posing} ${"ef".repeat(16)}`,
       );
       if (i % 2 === 1) {
         await flood.readLine(3000);

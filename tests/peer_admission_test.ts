@@ -45,7 +45,7 @@ async function withNode(
 /** Opens a connection whose first line is a peer handshake claiming `address`. */
 async function posingAs(port: number, address: string, nonce?: string): Promise<LineClient> {
   const c = await LineClient.connect(port);
-  await c.send(`PEER 4 ${address}` + (nonce === undefined ? "" : ` ${nonce}`));
+  await c.send(`PEER 5 ${address}` + (nonce === undefined ? "" : ` ${nonce}`));
   return c;
 }
 

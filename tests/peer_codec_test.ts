@@ -38,8 +38,8 @@ function malformed(line: string): string {
 // The codec
 
 const messages: [string, PeerMessage][] = [
-  ["PEER 4 10.0.0.1:7400", { type: "PEER", address: "10.0.0.1:7400" }],
-  ["PEER 4 [::1]:7400", { type: "PEER", address: "[::1]:7400" }],
+  ["PEER 5 10.0.0.1:7400", { type: "PEER", address: "10.0.0.1:7400" }],
+  ["PEER 5 [::1]:7400", { type: "PEER", address: "[::1]:7400" }],
   ["HB active - 0 5000000 0a1b2c3d 1 1 0 5000000", {
     type: "HB",
     role: "active",
@@ -179,8 +179,8 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "SYNC x",
       "SNAPEND 1",
       "HANDOFFEND x",
-      "PEER 4",
-      "PEER 4 a b",
+      "PEER 5",
+      "PEER 5 a b",
       "HB active - 0 0 - 0 0 0",
       "HB active - 0 0 - 0 0 0 0 0",
       "SNAP a 1",
@@ -218,8 +218,8 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
       "PEER 1 a:1",
       "PEER 2 a:1",
       "PEER 02 a:1",
-      "PEER 4 " + "a".repeat(301),
-      "PEER 4 a\tb",
+      "PEER 5 " + "a".repeat(301),
+      "PEER 5 a\tb",
     ],
     "bad role": [
       "HB Active - 0 0 - 0 0 0 0",
@@ -340,7 +340,7 @@ Deno.test("decodePeer() rejects malformed lines without throwing", async (t) => 
         "H " + "k".repeat(250) + " 1 1",
         "F " + "é".repeat(125) + " 1",
         "TAKEN " + "a".repeat(64) + " 1",
-        "PEER 4 " + "a".repeat(300),
+        "PEER 5 " + "a".repeat(300),
         `F k ${MAX}`,
         "H k 1 9007199254740991",
       ]

@@ -113,7 +113,7 @@ Deno.test("PeerInbound hands each message to the receiver", () => {
   h.inbound.line("ABORT d4");
   h.inbound.line("SEQ 3");
   h.inbound.line("ACK 2");
-  h.inbound.line("PEER 4 10.0.0.2:7400");
+  h.inbound.line("PEER 5 10.0.0.2:7400");
   assert.deepEqual(h.receiver.take(), [
     "hb 10.0.0.2:7400 active 5000000",
     "sync 10.0.0.2:7400",

@@ -1,11 +1,13 @@
 /**
  * Peer authentication (docs/security.md, "Peers"): both ends of a peer link prove they know
  * the cluster secret, and the secret never crosses the wire. The dialer opens with a nonce
- * (`PEER 4 <address> <nonce>`); the acceptor answers with a nonce of its own and its proof
+ * (`PEER 5 <address> <nonce>`); the acceptor answers with a nonce of its own and its proof
  * (`PEERAUTH <nonce> <proof>`); the dialer checks it and sends its proof (`PEERPROOF
  * <proof>`). A proof is an HMAC-SHA256 under the secret of both nonces, the dialer's
- * address and the prover's side, so it cannot be replayed on another link, reflected back,
- * or made for another address. Pure.
+ * address, the acceptor's address (the one the dialer dialled) and the prover's side, so it
+ * cannot be replayed on another link, reflected back, made for another address, or relayed:
+ * a process listening at one peer's address cannot pass a handshake on to another peer, since
+ * each end signs and checks the acceptor it means. Pure.
  *
  * @module
  */
@@ -19,36 +21,46 @@ export function newNonce(): string {
   return randomBytes(16).toString("hex");
 }
 
+/** Who a link is between: the dialer's address and the acceptor's, as listed in `--peers`. */
+export interface LinkEnds {
+  /** The dialer's address (its `PEER` line). */
+  dialer: string;
+  /** The acceptor's address: the one the dialer dialled, the acceptor's own. */
+  acceptor: string;
+}
+
 function proof(
   secret: string,
   side: "acceptor" | "dialer",
   dialerNonce: string,
   acceptorNonce: string,
-  dialer: string,
+  ends: LinkEnds,
 ): string {
   return createHmac("sha256", secret)
-    .update(`lockd peer ${side} ${dialerNonce} ${acceptorNonce} ${dialer}`)
+    .update(
+      `lockd peer ${side} ${dialerNonce} ${acceptorNonce} ${ends.dialer} ${ends.acceptor}`,
+    )
     .digest("hex");
 }
 
-/** The acceptor's proof for a link from `dialer`. */
+/** The acceptor's proof for the link `ends`. */
 export function acceptorProof(
   secret: string,
   dialerNonce: string,
   acceptorNonce: string,
-  dialer: string,
+  ends: LinkEnds,
 ): string {
-  return proof(secret, "acceptor", dialerNonce, acceptorNonce, dialer);
+  return proof(secret, "acceptor", dialerNonce, acceptorNonce, ends);
 }
 
-/** The dialer's proof for its link as `dialer`. */
+/** The dialer's proof for the link `ends`. */
 export function dialerProof(
   secret: string,
   dialerNonce: string,
   acceptorNonce: string,
-  dialer: string,
+  ends: LinkEnds,
 ): string {
-  return proof(secret, "dialer", dialerNonce, acceptorNonce, dialer);
+  return proof(secret, "dialer", dialerNonce, acceptorNonce, ends);
 }
 
 /** Whether `given` is `expected`, compared in constant time. */
@@ -77,6 +89,8 @@ export interface AcceptorOptions {
   secret: string;
   /** The address the dialer claims (its `PEER` line). */
   dialer: string;
+  /** This node's own address in `--peers` (the one a genuine dialer dialled). */
+  self: string;
   /** The dialer's nonce (its `PEER` line). */
   dialerNonce: string;
   /** Where the connection came from (for logs). */
@@ -105,8 +119,8 @@ export class AcceptorHandshake implements LineHandler {
   /** @param options The secret, the dialer's claim and nonce, the socket's send and close. */
   constructor(options: AcceptorOptions) {
     this.#options = options;
-    const { secret, dialerNonce, dialer } = options;
-    const proof = acceptorProof(secret, dialerNonce, this.#nonce, dialer);
+    const { secret, dialerNonce, dialer, self } = options;
+    const proof = acceptorProof(secret, dialerNonce, this.#nonce, { dialer, acceptor: self });
     options.send(encodePeer({ type: "PEERAUTH", nonce: this.#nonce, proof }));
   }
 
@@ -119,7 +133,8 @@ export class AcceptorHandshake implements LineHandler {
     if (this.#refused) return;
     const o = this.#options;
     const message = decodePeer(text);
-    const expected = dialerProof(o.secret, o.dialerNonce, this.#nonce, o.dialer);
+    const ends = { dialer: o.dialer, acceptor: o.self };
+    const expected = dialerProof(o.secret, o.dialerNonce, this.#nonce, ends);
     if (message.type === "PEERPROOF" && sameProof(expected, message.proof)) {
       this.#peer = o.accepted();
       return;

@@ -14,7 +14,7 @@ import type { HeldMessage, PeerDecodeError, PeerHello, PeerMessage } from "./pee
 export type * from "./peer_messages.ts";
 
 /** Version of the peer protocol sent in the handshake. */
-export const PEER_PROTOCOL_VERSION = 4;
+export const PEER_PROTOCOL_VERSION = 5;
 
 const ROLES: readonly Role[] = ["starting", "standby", "active", "handing-off", "leaving"];
 const DECIMAL = /^(?:0|[1-9][0-9]{0,19})$/;

@@ -155,6 +155,9 @@ export class PeerLink {
     const secret = this.#options.secret;
     const nonce = secret === undefined ? undefined : newNonce();
     const self = this.#options.self;
+    // The acceptor must prove it is the peer this link was dialled to, not any node that
+    // knows the secret (one listening at this address could relay the handshake to another).
+    const ends = { dialer: self, acceptor: this.address };
     let proven = secret === undefined;
     const socket = new LineSocket(conn, this.address, {
       line: (text) => {
@@ -162,7 +165,7 @@ export class PeerLink {
         if (proven || secret === undefined || nonce === undefined) return;
         const message = decodePeer(text);
         const ok = message.type === "PEERAUTH" &&
-          sameProof(acceptorProof(secret, nonce, message.nonce, self), message.proof);
+          sameProof(acceptorProof(secret, nonce, message.nonce, ends), message.proof);
         if (!ok) {
           const held = this.#limit.pass("proof");
           if (held !== undefined) {
@@ -176,7 +179,7 @@ export class PeerLink {
         }
         proven = true;
         socket.send(
-          encodePeer({ type: "PEERPROOF", proof: dialerProof(secret, nonce, message.nonce, self) }),
+          encodePeer({ type: "PEERPROOF", proof: dialerProof(secret, nonce, message.nonce, ends) }),
         );
         this.#up(socket);
       },

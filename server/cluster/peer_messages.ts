@@ -8,7 +8,7 @@
 import type { Role } from "./election.ts";
 
 /**
- * `PEER 4 <address> [<nonce>]`: the first line of a connection a node dials to a peer; the
+ * `PEER 5 <address> [<nonce>]`: the first line of a connection a node dials to a peer; the
  * nonce when the cluster authenticates peers (see `peer_auth.ts`).
  */
 export interface PeerHello {
