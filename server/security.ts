@@ -85,9 +85,25 @@ function warnIfOpen(path: string, what: string, log: Logger): void {
   });
 }
 
-/** The bearer tokens of a token file: one per line, blank lines and `#` comments skipped. */
-function tokensOf(text: string): string[] {
-  return text.split("\n").map((l) => l.trim()).filter((l) => l !== "" && !l.startsWith("#"));
+/**
+ * The bearer tokens of a token file: one per line, blank lines and `#` comments skipped.
+ *
+ * @throws {Error} For a line that cannot be a token (spaces or control characters inside it:
+ * no client could send it), naming the line, never its text.
+ */
+function tokensOf(text: string, path: string): string[] {
+  const tokens: string[] = [];
+  for (const [i, raw] of text.split("\n").entries()) {
+    const line = raw.trim();
+    if (line === "" || line.startsWith("#")) continue;
+    if (/[\s\p{Cc}]/u.test(line)) {
+      throw new Error(
+        `${path}: line ${i + 1} is not a token (one token per line, without spaces)`,
+      );
+    }
+    tokens.push(line);
+  }
+  return tokens;
 }
 
 /** Whether `given` is one of `tokens`, each compared in constant time. */
@@ -153,7 +169,10 @@ export function loadSecurity(config: Config, log: Logger): Security {
   let bridgeAuthorize: Security["bridgeAuthorize"];
   let bridgeToken: Security["bridgeToken"];
   if (config.bridgeTokenFile !== undefined) {
-    const tokens = tokensOf(read(config.bridgeTokenFile, "bridge token file"))
+    const tokens = tokensOf(
+      read(config.bridgeTokenFile, "bridge token file"),
+      config.bridgeTokenFile,
+    )
       .map((t) => new TextEncoder().encode(t));
     if (tokens.length === 0) throw new Error(`${config.bridgeTokenFile}: no token in it`);
     bridgeToken = (token) => knownToken(tokens, token);

@@ -39,3 +39,27 @@ Deno.test({
     }
   },
 });
+
+Deno.test("a bridge token file line with a space inside is refused by its line number, not its text", async () => {
+  const dir = await Deno.makeTempDir({ prefix: "lockd-tokens-" });
+  try {
+    const file = `${dir}/tokens`;
+    await Deno.writeTextFile(file, "# tokens\n good-token-1 \n\nsecret part two\n", {
+      mode: 0o600,
+    });
+    const args = ["--bridge", "127.0.0.1:0", "--bridge-token-file", file];
+    assert.throws(
+      () => loadSecurity(parseConfig(args, () => undefined), capturingLogger()),
+      (e: Error) =>
+        /tokens: line 4 is not a token/.test(e.message) && !e.message.includes("secret"),
+    );
+    await Deno.writeTextFile(file, "# tokens\n good-token-1 \n\nother_token.2~\n", { mode: 0o600 });
+    const security = loadSecurity(parseConfig(args, () => undefined), capturingLogger());
+    assert.equal(security.bridgeToken?.("good-token-1"), true);
+    assert.equal(security.bridgeToken?.("other_token.2~"), true);
+    assert.equal(security.bridgeToken?.("secret"), false);
+    security.close();
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
