@@ -191,6 +191,11 @@ export class LockServer {
           });
           return null;
         };
+        if (hello.type === "error") {
+          // Its message quotes at most a short field; a version mismatch says so (upgrades).
+          const version = hello.message.includes("unsupported peer protocol");
+          return refuse(version ? "version" : "malformed", hello.message);
+        }
         if (hello.type !== "PEER") return refuse("malformed", "malformed");
         if (!node.knows(hello.address)) {
           return refuse("unknown", `${hello.address} is not in --peers`);

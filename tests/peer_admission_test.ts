@@ -136,3 +136,18 @@ Deno.test("--peers refuses 0.0.0.0 and ::, which no node can dial", async () => 
     assert.match(out.stderr, /--peers lists .*, which no node can dial: .*--advertise/);
   }
 });
+
+Deno.test("a handshake of another peer protocol version is refused, and the log says so", async () => {
+  await withNode([], async (server, other) => {
+    const old = await LineClient.connect(server.port);
+    await old.send(`PEER 4 ${other}`);
+    assert.deepEqual(await old.closedByPeer(5000), []);
+    await old.close();
+    await waitFor(
+      () =>
+        /refused a peer handshake from 127\.0\.0\.1:\d+: PEER: unsupported peer protocol "4" \(this node speaks 5\)/
+          .test(server.stderr()),
+      "the refusal",
+    );
+  });
+});

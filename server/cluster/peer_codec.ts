@@ -197,7 +197,10 @@ export function decodePeer(line: string): PeerMessage | PeerDecodeError {
     switch (type) {
       case "PEER": {
         if (f[1] !== String(PEER_PROTOCOL_VERSION)) {
-          throw new Malformed(`unsupported peer protocol ${JSON.stringify(f[1])}`);
+          throw new Malformed(
+            `unsupported peer protocol ${JSON.stringify(f[1].slice(0, 16))} ` +
+              `(this node speaks ${PEER_PROTOCOL_VERSION})`,
+          );
         }
         const hello: PeerHello = { type, address: address(f[2]) };
         if (f.length === 4) hello.nonce = hex(f[3], 32, "nonce");
