@@ -113,10 +113,12 @@ Deno.test("the subcommands exit 77 for a refused credential or prefix, 66 for an
         "--",
         "sh",
         "-c",
-        'echo "${LOCKD_AUTH_SECRET-none} $LOCKD_AUTH_NAME $LOCKD_KEY"',
+        'echo "${LOCKD_AUTH_SECRET-none} ${LOCKD_AUTH_NAME-none} $LOCKD_KEY"',
       ], admin);
       assert.equal(child.code, 0, child.stderr);
-      assert.equal(child.stdout, "none admin jobs:env\n");
+      // The credential went whole (LOCKD_AUTH_NAME too): a lockd command CMD runs is not left
+      // with half of one.
+      assert.equal(child.stdout, "none none jobs:env\n");
       const acquired = await runLockd(["acquire", "any:key", ...servers], admin);
       assert.equal(acquired.code, 0, acquired.stderr);
       const status = await runLockd(["status", ...servers], admin);
@@ -142,8 +144,10 @@ Deno.test("the subcommands exit 77 for a refused credential or prefix, 66 for an
       assert.equal(missing.code, 66, missing.stderr);
       assert.match(
         missing.stderr,
-        /^lockd acquire: --auth-secret-file: cannot read .*no-such-file/,
+        /^lockd acquire: --auth-secret-file: cannot read the file it names: no such file/,
       );
+      // A secret given there by mistake would be printed with the path: the path is not.
+      assert.ok(!missing.stderr.includes("no-such-file"), missing.stderr);
 
       // Wrong secrets last: the server slows down an address that keeps failing.
       const wrong = { LOCKD_AUTH_NAME: "ops", LOCKD_AUTH_SECRET: "not-the-secret-0000" };

@@ -8,7 +8,8 @@
 import assert from "node:assert/strict";
 import { freePorts } from "./_net.ts";
 import { grantOf, withServer } from "./_helpers.ts";
-import { runLockd, script, spawnLockd } from "./_lockd.ts";
+import { cleanEnv, runLockd, script, spawnLockd } from "./_lockd.ts";
+import { withheldVariables } from "../server/cmd/run.ts";
 
 Deno.test("lockd run passes LOCKD_KEY and LOCKD_TOKEN and exits with the command's status", async () => {
   await withServer({}, async (server, clients) => {
@@ -173,4 +174,48 @@ Deno.test("lockd run exits 64 on a bad command line, naming the problem on one l
   assert.equal(help.code, 0);
   assert.match(help.stdout, /^NAME\n {4}lockd run - /);
   assert.equal(help.stderr, "");
+});
+
+Deno.test("lockd run passes CMD every variable byte for byte, even one that is not UTF-8", async () => {
+  await withServer({}, async (server) => {
+    // The shell sets a value with the byte 0xff, which no JavaScript string can hold.
+    const main = new URL("../server/main.ts", import.meta.url).pathname;
+    const out = await new Deno.Command("sh", {
+      args: [
+        "-c",
+        'BADV=$(printf "a\\377b"); export BADV; exec "$@"',
+        "sh",
+        Deno.execPath(),
+        "run",
+        "-A",
+        main,
+        "run",
+        "jobs:bytes",
+        "--servers",
+        server.address,
+        "--",
+        "sh",
+        "-c",
+        'printf "%s" "$BADV" | od -An -tx1',
+      ],
+      env: cleanEnv(),
+      clearEnv: true,
+    }).output();
+    assert.equal(out.code, 0, new TextDecoder().decode(out.stderr));
+    assert.equal(new TextDecoder().decode(out.stdout).trim(), "61 ff 62");
+  });
+});
+
+Deno.test("withheldVariables() takes out the secrets, and a credential from the environment whole", () => {
+  const env = (vars: Record<string, string>) => (name: string) => vars[name];
+  assert.deepEqual(withheldVariables(env({})), ["LOCKD_AUTH_SECRET", "LOCKD_BEARER"]);
+  assert.deepEqual(
+    withheldVariables(env({ LOCKD_AUTH_NAME: "ops", LOCKD_AUTH_SECRET: "pw" })),
+    ["LOCKD_AUTH_SECRET", "LOCKD_BEARER", "LOCKD_AUTH_NAME"],
+  );
+  // A credential read from a file stays usable by the lockd commands CMD runs.
+  assert.deepEqual(
+    withheldVariables(env({ LOCKD_AUTH_NAME: "ops", LOCKD_AUTH_SECRET_FILE: "/s" })),
+    ["LOCKD_AUTH_SECRET", "LOCKD_BEARER"],
+  );
 });

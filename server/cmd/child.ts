@@ -35,8 +35,9 @@ export class ChildGroup {
 
   /**
    * Spawns `command` with `args` (no shell), standard streams inherited, `env` added to this
-   * process's environment without the variables named in `withheld`, in a process group of
-   * its own.
+   * process's environment without the variables named in `withheld` (taken out of this
+   * process's own environment first, so every other variable passes on byte for byte), in a
+   * process group of its own.
    *
    * @throws {CommandError} 127 when it is not found, 126 when it cannot be executed.
    */
@@ -46,14 +47,12 @@ export class ChildGroup {
     env: Record<string, string>,
     withheld: readonly string[] = [],
   ): ChildGroup {
-    const inherited = Deno.env.toObject();
-    for (const name of withheld) delete inherited[name];
+    for (const name of withheld) Deno.env.delete(name);
     try {
       return new ChildGroup(
         new Deno.Command(command, {
           args,
-          clearEnv: true,
-          env: { ...inherited, ...env },
+          env,
           stdin: "inherit",
           stdout: "inherit",
           stderr: "inherit",

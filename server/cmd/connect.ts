@@ -10,8 +10,11 @@ import { LockClient } from "../../mod.ts";
 import { type Connection, defaultClientName, type SecretSource } from "./args.ts";
 import { CommandError, EXIT } from "./exit.ts";
 
-/** Reads a file named by an option, or says which option named what could not be read. */
-async function readOption(path: string, option: string): Promise<string> {
+/**
+ * Reads a file named by an option, or says which option named what could not be read. The
+ * path of a secret's file is not quoted (`secret`): a secret given there by mistake would be.
+ */
+async function readOption(path: string, option: string, secret = false): Promise<string> {
   try {
     return await Deno.readTextFile(path);
   } catch (error) {
@@ -22,7 +25,8 @@ async function readOption(path: string, option: string): Promise<string> {
       : error instanceof Error
       ? error.message.split("\n")[0]
       : String(error);
-    throw new CommandError(`${option}: cannot read ${JSON.stringify(path)}: ${why}`, EXIT.noInput);
+    const what = secret ? "the file it names" : JSON.stringify(path);
+    throw new CommandError(`${option}: cannot read ${what}: ${why}`, EXIT.noInput);
   }
 }
 
@@ -34,7 +38,7 @@ async function readOption(path: string, option: string): Promise<string> {
 async function secretOf(source: SecretSource, option: string, variable: string): Promise<string> {
   const secret = "value" in source
     ? source.value
-    : (await readOption(source.file, option)).split("\n")[0].trim();
+    : (await readOption(source.file, option, true)).split("\n")[0].trim();
   if (secret === "") {
     throw new CommandError(
       "value" in source ? `${variable} is empty` : `${option}: the file's first line is empty`,

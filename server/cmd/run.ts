@@ -94,12 +94,10 @@ export async function runUnderLock(
     }
     let child: ChildGroup;
     try {
-      // The secrets stay with lockd run: CMD never needs them, and whatever CMD prints of its
-      // environment must not show them.
       child = ChildGroup.spawn(run.command[0], run.command.slice(1), {
         LOCKD_KEY: lock.key,
         LOCKD_TOKEN: String(lock.token),
-      }, ["LOCKD_AUTH_SECRET", "LOCKD_BEARER"]);
+      }, withheldVariables((name) => Deno.env.get(name)));
     } catch (error) {
       await lock.release().catch(() => {});
       throw error;
@@ -135,4 +133,17 @@ export async function runUnderLock(
     stopListening();
     await client?.close();
   }
+}
+
+/**
+ * The variables `lockd run` takes out of CMD's environment (docs/cli.md, "lockd run"): the
+ * secrets themselves, which CMD must not print. A credential whose secret was in
+ * `LOCKD_AUTH_SECRET` goes whole (`LOCKD_AUTH_NAME` too), so that a `lockd` subcommand CMD
+ * runs is not left with half a credential; one read from a file (`LOCKD_AUTH_SECRET_FILE`)
+ * stays, and such subcommands use it.
+ */
+export function withheldVariables(env: (name: string) => string | undefined): string[] {
+  const withheld = ["LOCKD_AUTH_SECRET", "LOCKD_BEARER"];
+  if (env("LOCKD_AUTH_SECRET") && !env("LOCKD_AUTH_SECRET_FILE")) withheld.push("LOCKD_AUTH_NAME");
+  return withheld;
 }
