@@ -204,7 +204,16 @@ export class Router {
   async #loop(ex: Exchange, first: Outcome | undefined): Promise<Reply> {
     const { op, key } = ex;
     const closed = this.#closed;
-    const giveUpAt = Math.min(ex.startedAt + this.#options.retryTimeoutMs, ex.until ?? Infinity);
+    // retryTimeoutMs counts the time spent retrying: from now (the first try, however long a
+    // node held it, is over), and not the time a node held a resent request (queued) before it
+    // dropped or redirected it, so a waiter that sat in a queue through a failover keeps it.
+    let giveUpAt = Math.min(
+      performance.now() + this.#options.retryTimeoutMs,
+      ex.until ?? Infinity,
+    );
+    const held = (since: number) => {
+      giveUpAt = Math.min(giveUpAt + (performance.now() - since), ex.until ?? Infinity);
+    };
     // Connecting counts against the wait too, except while no connection is up at all (a
     // fresh client): one connection attempt's time is always allowed then.
     const connectBy = () => {
@@ -268,6 +277,7 @@ export class Router {
         if (closed.aborted) throw new LockError("The client is closed");
         if (this.#quiet !== undefined) continue; // The close began while it connected.
         if (ex.abandoned) throw new LockError("Abandoned"); // Given up while it connected.
+        const sentAt = performance.now();
         try {
           outcome = {
             connection,
@@ -277,6 +287,7 @@ export class Router {
         } catch (error) {
           outcome = { connection, reply: undefined, error };
         }
+        held(sentAt);
       }
       const { connection, reply, error } = outcome;
       outcome = undefined;

@@ -296,6 +296,31 @@ Deno.test("LockClient retries a standby's 'E no active node' until an active nod
   await lock.release();
 });
 
+Deno.test("retryTimeoutMs does not count the time a node held the request in its queue", async () => {
+  await using first = await FakeServer.start();
+  await using second = await FakeServer.start();
+  // The first node keeps the acquire queued for twice retryTimeoutMs, then hands off: it
+  // redirects to the second, which answers 'no active node' a few times while it takes over.
+  first.handler = (r) => {
+    if (r.op === "A") first.later(600, () => void r.reply("M", second.address));
+  };
+  let refusals = 0;
+  second.handler = (r) => {
+    if (r.op === "A" && refusals < 3) {
+      refusals++;
+      void r.reply("E", "no active node");
+    } else lockServer({ firstToken: 9n })(r);
+  };
+  await using client = await readyClient(first.address, { retryTimeoutMs: 300 });
+  const started = performance.now();
+  const lock = await client.acquire("k", { wait: 30 });
+  assert.equal(lock.token, 9n);
+  assert.ok(performance.now() - started >= 600, "granted after the handoff");
+  assert.equal(second.count("A k "), 4);
+  second.handler = lockServer();
+  await lock.release();
+});
+
 Deno.test("LockClient gives up on 'E no active node' after retryTimeoutMs with LockUnavailableError", async () => {
   await using server = await FakeServer.start();
   server.handler = (r) => void r.reply("E", "no active node");

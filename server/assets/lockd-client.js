@@ -1813,7 +1813,10 @@ var Router = class {
   async #loop(ex, first) {
     const { op, key } = ex;
     const closed = this.#closed;
-    const giveUpAt = Math.min(ex.startedAt + this.#options.retryTimeoutMs, ex.until ?? Infinity);
+    let giveUpAt = Math.min(performance.now() + this.#options.retryTimeoutMs, ex.until ?? Infinity);
+    const held = (since) => {
+      giveUpAt = Math.min(giveUpAt + (performance.now() - since), ex.until ?? Infinity);
+    };
     const connectBy = () => {
       const until = ex.until;
       if (until === void 0 || this.#connections.some((c) => c.up)) return until;
@@ -1866,6 +1869,7 @@ var Router = class {
         if (closed.aborted) throw new LockError("The client is closed");
         if (this.#quiet !== void 0) continue;
         if (ex.abandoned) throw new LockError("Abandoned");
+        const sentAt = performance.now();
         try {
           outcome = {
             connection: connection2,
@@ -1879,6 +1883,7 @@ var Router = class {
             error: error2
           };
         }
+        held(sentAt);
       }
       const { connection, reply, error } = outcome;
       outcome = void 0;
