@@ -131,13 +131,13 @@ export function connectionOf(values: Parsed["values"], env: Env): Connection {
     }
   }
   const authName = flag("auth-name") ?? variable("LOCKD_AUTH_NAME");
-  const secretFile = flag("auth-secret-file") ?? variable("LOCKD_AUTH_SECRET_FILE");
-  const secretValue = variable("LOCKD_AUTH_SECRET");
-  const secret: SecretSource | undefined = secretFile !== undefined
-    ? { file: secretFile }
-    : secretValue !== undefined
-    ? { value: secretValue }
-    : undefined;
+  // A file wins over the secret itself in the environment.
+  const sourceOf = (file: string | undefined, value: string | undefined) =>
+    file !== undefined ? { file } : value !== undefined ? { value } : undefined;
+  const secret: SecretSource | undefined = sourceOf(
+    flag("auth-secret-file") ?? variable("LOCKD_AUTH_SECRET_FILE"),
+    variable("LOCKD_AUTH_SECRET"),
+  );
   if (authName === undefined && secret !== undefined) {
     throw new CommandError("a secret needs its credential's name: --auth-name or LOCKD_AUTH_NAME");
   }
@@ -146,13 +146,10 @@ export function connectionOf(values: Parsed["values"], env: Env): Connection {
       "--auth-name needs a secret: --auth-secret-file FILE, or LOCKD_AUTH_SECRET",
     );
   }
-  const bearerFile = flag("bearer-file") ?? variable("LOCKD_BEARER_FILE");
-  const bearerValue = variable("LOCKD_BEARER");
-  const bearer: SecretSource | undefined = bearerFile !== undefined
-    ? { file: bearerFile }
-    : bearerValue !== undefined
-    ? { value: bearerValue }
-    : undefined;
+  const bearer: SecretSource | undefined = sourceOf(
+    flag("bearer-file") ?? variable("LOCKD_BEARER_FILE"),
+    variable("LOCKD_BEARER"),
+  );
   const name = flag("name");
   if (name !== undefined) {
     const problem = clientNameError(name);
