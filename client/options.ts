@@ -34,8 +34,8 @@ export interface LockClientOptions {
   connectTimeoutMs?: number;
   /**
    * How long a request keeps trying while the cluster has no reachable active node (a
-   * standby redirects to a node that is down, or answers `E no active node`), not counting
-   * the time a node held it queued. Default 10000 ms.
+   * standby redirects to a node that is down, or answers `E no active node`), counted from
+   * the first retry; an acquire gets back the time a node held it queued. Default 10000 ms.
    */
   retryTimeoutMs?: number;
   /** How long a release is retried when no connection can carry it. Default 5000 ms. */

@@ -204,14 +204,17 @@ export class Router {
   async #loop(ex: Exchange, first: Outcome | undefined): Promise<Reply> {
     const { op, key } = ex;
     const closed = this.#closed;
-    // retryTimeoutMs counts the time spent retrying: from now (the first try, however long a
-    // node held it, is over), and not the time a node held a resent request (queued) before it
-    // dropped or redirected it, so a waiter that sat in a queue through a failover keeps it.
+    // retryTimeoutMs counts the time spent retrying, from now: the first try, however long a
+    // node held it, is over. An acquire that a node then held in its queue before it
+    // redirected it or answered "no active node" (a handoff, a step-down) gets that time back:
+    // it was waiting, not retrying. Nothing else can be queued, and a drop may be a frozen
+    // node, so no other time is given back (docs/client.md, "Retries").
     let giveUpAt = Math.min(
       performance.now() + this.#options.retryTimeoutMs,
       ex.until ?? Infinity,
     );
-    const held = (since: number) => {
+    const held = (since: number, reply: Reply | undefined) => {
+      if (op !== "A" || reply === undefined) return;
       giveUpAt = Math.min(giveUpAt + (performance.now() - since), ex.until ?? Infinity);
     };
     // Connecting counts against the wait too, except while no connection is up at all (a
@@ -287,7 +290,7 @@ export class Router {
         } catch (error) {
           outcome = { connection, reply: undefined, error };
         }
-        held(sentAt);
+        held(sentAt, outcome.reply);
       }
       const { connection, reply, error } = outcome;
       outcome = undefined;

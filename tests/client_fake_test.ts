@@ -321,6 +321,23 @@ Deno.test("retryTimeoutMs does not count the time a node held the request in its
   await lock.release();
 });
 
+Deno.test("only an acquire gets back the time a node held it: other requests keep retryTimeoutMs", async () => {
+  // A node that holds every request 400 ms, then answers 'no active node': nothing is queued
+  // there but an acquire, so an inspection or an extend gives up after retryTimeoutMs.
+  await using server = await FakeServer.start();
+  server.handler = (r) => server.later(400, () => void r.reply("E", "no active node"));
+  await using client = await readyClient(server.address, { retryTimeoutMs: 300 });
+  for (const call of [() => client.inspect("k"), () => client.extend("k", 5n, 10)]) {
+    const started = performance.now();
+    const error = await rejection(call());
+    const elapsed = performance.now() - started;
+    assert.ok(error instanceof LockUnavailableError, String(error));
+    // The first try (400 ms), then retries until 300 ms are spent: one more (400 ms) here.
+    // Given the held time back, it would go on for four more tries (about 2 s).
+    assert.ok(elapsed < 1400, `gave up after ${Math.round(elapsed)} ms`);
+  }
+});
+
 Deno.test("LockClient gives up on 'E no active node' after retryTimeoutMs with LockUnavailableError", async () => {
   await using server = await FakeServer.start();
   server.handler = (r) => void r.reply("E", "no active node");

@@ -1814,7 +1814,8 @@ var Router = class {
     const { op, key } = ex;
     const closed = this.#closed;
     let giveUpAt = Math.min(performance.now() + this.#options.retryTimeoutMs, ex.until ?? Infinity);
-    const held = (since) => {
+    const held = (since, reply) => {
+      if (op !== "A" || reply === void 0) return;
       giveUpAt = Math.min(giveUpAt + (performance.now() - since), ex.until ?? Infinity);
     };
     const connectBy = () => {
@@ -1883,7 +1884,7 @@ var Router = class {
             error: error2
           };
         }
-        held(sentAt);
+        held(sentAt, outcome.reply);
       }
       const { connection, reply, error } = outcome;
       outcome = void 0;
