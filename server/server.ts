@@ -16,6 +16,7 @@ import { Batch } from "./batch.ts";
 import { formatHostPort } from "./cli.ts";
 import type { Role } from "./cluster/election.ts";
 import { realScheduler, TcpPeerNetwork } from "./cluster/network.ts";
+import { guarded, guardedPeer, guardedScheduler } from "./cluster/fatal_guard.ts";
 import { ClusterNode } from "./cluster/node.ts";
 import { AcceptorHandshake } from "./cluster/peer_auth.ts";
 import { PeerInbound } from "./cluster/peer_inbound.ts";
@@ -212,13 +213,16 @@ export class LockServer {
         }
         const inbound = () => {
           admitted(hello.address);
-          return new PeerInbound(node, hello.address, {
-            openedAt: clock(),
-            close: () => socket.close(),
-            log,
-            trace: cluster.trace,
-            traceHeartbeats: cluster.traceHeartbeats,
-          });
+          return guardedPeer(
+            new PeerInbound(node, hello.address, {
+              openedAt: clock(),
+              close: () => socket.close(),
+              log,
+              trace: cluster.trace,
+              traceHeartbeats: cluster.traceHeartbeats,
+            }),
+            this.#onFatal,
+          );
         };
         if (secret === undefined) return inbound();
         return new AcceptorHandshake({
@@ -392,8 +396,8 @@ export class LockServer {
       secret: options.peerSecret,
       tls: this.#tls === undefined ? undefined : { caCerts: this.#tls.caCerts },
     }, {
-      up: (address) => this.#cluster?.linkUp(address),
-      down: (address) => this.#cluster?.linkDown(address),
+      up: (address) => guarded(() => this.#cluster?.linkUp(address), this.#onFatal)(),
+      down: (address) => guarded(() => this.#cluster?.linkDown(address), this.#onFatal)(),
     });
     this.#network = network;
     this.#cluster = new ClusterNode({
@@ -423,7 +427,7 @@ export class LockServer {
       heartbeatMs: options.heartbeatMs,
       failoverTimeoutMs: options.failoverTimeoutMs,
       replication: options.replication,
-    }, { network, scheduler: realScheduler });
+    }, { network, scheduler: guardedScheduler(realScheduler, this.#onFatal) });
     const stream = this.#cluster.stream;
     this.#batch.onSeal(() => stream.seal());
     network.start();
@@ -445,6 +449,9 @@ export class LockServer {
     for (const { session, line } of parked) session.resume(line);
     this.#batch.soon();
   }
+
+  /** {@linkcode #fatal} as a function value (the cluster's guarded timers and peer lines). */
+  #onFatal = (error: unknown): void => this.#fatal(error);
 
   #fatal(error: Error | unknown): void {
     if (this.#exitCode === 1) return; // Once: every request after may fail the same way.

@@ -381,6 +381,25 @@ Deno.test("cluster fault: after a full crash, the node that died first comes bac
   await assertNoUnhandledRejections();
 });
 
+Deno.test("cluster fault: a standby that cannot save its token mark when promoted stops with a fatal line, not a crash", async () => {
+  // docs/server.md, "Logs": a data directory that fails later is a fatal stop (event=fatal,
+  // exit 1). A directory where the synchronous mark's temp file goes makes every write of
+  // the mark fail, as a full disk would.
+  await Cluster.run(2, async (cluster) => {
+    const [a, b] = cluster.members;
+    assert.equal(await cluster.waitForOneActive(), a);
+    await b.waitForLog(/ is standby /);
+    await Deno.mkdir(`${b.dataDir}/tokens.tmp-sync`);
+    await a.kill("SIGKILL");
+    assert.equal(await b.exited, 1);
+    assert.match(
+      b.stderr(),
+      /ERROR +Cannot write the token mark in .*; stopping event=fatal/,
+    );
+    assert.doesNotMatch(b.stderr(), /Uncaught/);
+  });
+});
+
 // ---------------------------------------------------------------------------------------
 // Partial partition
 
