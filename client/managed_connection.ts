@@ -166,7 +166,7 @@ export class ManagedConnection {
     return this.#drops;
   }
 
-  /** How many lines arrived so far (compare two readings to see whether any arrived). */
+  /** How many lines arrived so far, the hello's answer aside (compare two readings). */
   get received(): number {
     return this.#received;
   }
@@ -399,10 +399,10 @@ export class ManagedConnection {
   }
 
   #reply(text: string): void {
-    this.#received++;
     this.#activity++;
     const reply = parseReply(text);
     if (reply === undefined) {
+      this.#received++;
       // Not a reply of the protocol: this stream cannot be trusted to match replies any more.
       this.#lastError = `malformed reply ${JSON.stringify(text.slice(0, 100))}`;
       this.#transport?.close();
@@ -411,6 +411,7 @@ export class ManagedConnection {
     // The hello's answer echoes its session, but a server without hellos echoes `1`.
     const key = reply.op === "HELLO" ? "" : reply.key;
     const receiver = this.#pending.take(reply.op, key);
+    if (receiver === undefined || receiver !== this.#hello) this.#received++; // See `received`.
     if (this.#hello !== undefined) {
       if (receiver === this.#hello) this.#hello = undefined;
       else this.#forgetHello();

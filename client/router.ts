@@ -41,6 +41,9 @@ function by<T>(promise: Promise<T>, until: number | undefined, fallback: T): Pro
   });
 }
 
+/** How long connecting to a node an `M` named may take past an acquire's wait, ms. */
+const REDIRECT_CONNECT_MS = 250;
+
 /** The most latency a wait's margin allows for (see {@linkcode Router.replyLatency}), ms. */
 export const MAX_REPLY_LATENCY_MS = 100;
 
@@ -218,11 +221,16 @@ export class Router {
       giveUpAt = Math.min(giveUpAt + (performance.now() - since), ex.until ?? Infinity);
     };
     // Connecting counts against the wait too, except while no connection is up at all (a
-    // fresh client): one connection attempt's time is always allowed then.
-    const connectBy = () => {
+    // fresh client: one connection attempt is allowed), and a node an `M` named is asked
+    // once even past the wait (its grant or `T` is the answer): it gets a short grace.
+    const connectBy = (redirected = false) => {
       const until = ex.until;
-      if (until === undefined || this.#connections.some((c) => c.up)) return until;
-      return Math.max(until, performance.now() + this.#options.connectTimeoutMs);
+      if (until === undefined) return until;
+      const now = performance.now();
+      if (!this.#connections.some((c) => c.up)) {
+        return Math.max(until, now + this.#options.connectTimeoutMs);
+      }
+      return redirected ? Math.max(until, now + REDIRECT_CONNECT_MS) : until;
     };
     let failures = 0;
     let lastProblem = "";
@@ -249,10 +257,11 @@ export class Router {
         if (closed.aborted) throw new LockError("The client is closed");
         if (ex.abandoned) throw new LockError("Abandoned");
         let connection = target ?? this.#pick(op, key);
+        const redirected = target !== undefined;
         target = undefined;
         if (
           connection !== undefined && !connection.up &&
-          !(await by(connection.connect(), connectBy(), false))
+          !(await by(connection.connect(), connectBy(redirected), false))
         ) {
           if (connection.refusal !== undefined) {
             throw new LockRejectedError(op, key, connection.refusal);

@@ -67,9 +67,11 @@ Deno.test("LockClient past an acquire's wait follows no redirect back to the nod
   await using frozen = await FakeServer.start();
   await using standby = await FakeServer.start();
   standby.handler = (r) => void r.reply("M", frozen.address);
+  // Frozen from the start for probes: a reply to a probe sent before the acquire, arriving
+  // after it, would look like a sign of life.
+  frozen.answerPings = false;
   await using client = new LockClient([frozen.address, standby.address]);
   await waitUntil(() => client.connected === 2, "both nodes");
-  frozen.answerPings = false; // frozen from now on
   await assert.rejects(client.acquire("k", { wait: 0.3 }), LockUnavailableError);
   assert.equal(frozen.count("A k"), 1, "sent to the frozen node once, not again after the M");
   assert.equal(standby.count("A k"), 1, "moved on to the other node once");
@@ -114,9 +116,9 @@ Deno.test("LockClient past an acquire's wait still follows an M to a node other 
   await using active = await FakeServer.start();
   active.handler = lockServer({ firstToken: 7n });
   standby.handler = (r) => void r.reply("M", active.address);
+  dead.answerPings = false; // host gone (for probes from the start: see the test above)
   await using client = new LockClient([dead.address, standby.address]);
   await waitUntil(() => client.connected === 2, "both nodes");
-  dead.answerPings = false; // host gone
   const lock = await client.acquire("k", { wait: 0.3 });
   assert.equal(lock.token, 7n, "granted by the new active");
   assert.deepEqual([dead.count("A k"), standby.count("A k")], [1, 1]);

@@ -1367,7 +1367,7 @@ var ManagedConnection = class {
   get drops() {
     return this.#drops;
   }
-  /** How many lines arrived so far (compare two readings to see whether any arrived). */
+  /** How many lines arrived so far, the hello's answer aside (compare two readings). */
   get received() {
     return this.#received;
   }
@@ -1570,16 +1570,17 @@ var ManagedConnection = class {
     transport.close();
   }
   #reply(text) {
-    this.#received++;
     this.#activity++;
     const reply = parseReply(text);
     if (reply === void 0) {
+      this.#received++;
       this.#lastError = `malformed reply ${JSON.stringify(text.slice(0, 100))}`;
       this.#transport?.close();
       return;
     }
     const key = reply.op === "HELLO" ? "" : reply.key;
     const receiver = this.#pending.take(reply.op, key);
+    if (receiver === void 0 || receiver !== this.#hello) this.#received++;
     if (this.#hello !== void 0) {
       if (receiver === this.#hello) this.#hello = void 0;
       else this.#forgetHello();
@@ -1668,6 +1669,7 @@ function by(promise, until, fallback) {
     });
   });
 }
+var REDIRECT_CONNECT_MS = 250;
 var MAX_REPLY_LATENCY_MS = 100;
 function sleep(ms, signal) {
   return new Promise((resolve) => {
@@ -1818,10 +1820,14 @@ var Router = class {
       if (op !== "A" || reply === void 0) return;
       giveUpAt = Math.min(giveUpAt + (performance.now() - since), ex.until ?? Infinity);
     };
-    const connectBy = () => {
+    const connectBy = (redirected = false) => {
       const until = ex.until;
-      if (until === void 0 || this.#connections.some((c) => c.up)) return until;
-      return Math.max(until, performance.now() + this.#options.connectTimeoutMs);
+      if (until === void 0) return until;
+      const now = performance.now();
+      if (!this.#connections.some((c) => c.up)) {
+        return Math.max(until, now + this.#options.connectTimeoutMs);
+      }
+      return redirected ? Math.max(until, now + REDIRECT_CONNECT_MS) : until;
     };
     let failures = 0;
     let lastProblem = "";
@@ -1844,8 +1850,9 @@ var Router = class {
         if (closed.aborted) throw new LockError("The client is closed");
         if (ex.abandoned) throw new LockError("Abandoned");
         let connection2 = target ?? this.#pick(op, key);
+        const redirected = target !== void 0;
         target = void 0;
-        if (connection2 !== void 0 && !connection2.up && !await by(connection2.connect(), connectBy(), false)) {
+        if (connection2 !== void 0 && !connection2.up && !await by(connection2.connect(), connectBy(redirected), false)) {
           if (connection2.refusal !== void 0) {
             throw new LockRejectedError(op, key, connection2.refusal);
           }
