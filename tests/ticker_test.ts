@@ -121,6 +121,18 @@ function fireAt(
   s.run();
 }
 
+/**
+ * Deadlines at 5 and 5.5 ms whose settling takes 0.25 ms each, with the first just settled at
+ * 5: the clock reads 5.25 and 5.5 is being polled for (within POLL_SHARE × 0.25 = 1 ms).
+ */
+function polling(options: Partial<TickerOptions> = {}) {
+  const d = fakeDeadlines([5, 5.5], 0.25);
+  const s = fakeScheduler();
+  const { ticker: tk } = ticker(d, s, options);
+  fireAt(tk, d, s, 5);
+  return { d, s, tk };
+}
+
 Deno.test("a lone deadline is timed, never polled, and settled when the timer fires", () => {
   const d = fakeDeadlines([30.2]);
   const s = fakeScheduler();
@@ -182,10 +194,7 @@ Deno.test("a long run of settling yields to requests with a poll, not a timer", 
 
 Deno.test("the poll window is bounded by the settling share and by POLL_WINDOW_MS", async (t) => {
   await t.step("a next deadline within the share is polled for until due", () => {
-    const d = fakeDeadlines([5, 5.5], 0.25); // settling the first takes 0.25 ms
-    const s = fakeScheduler();
-    const { ticker: tk } = ticker(d, s);
-    fireAt(tk, d, s, 5);
+    const { d, s } = polling(); // settling the first takes 0.25 ms
     // Clock 5.25, next 5.5: 0.25 ms away, within POLL_SHARE × 0.25 = 1 ms.
     assert.equal(d.settled.length, 1);
     assert.deepEqual(s.live(), ["immediate"]);
@@ -216,10 +225,7 @@ Deno.test("the poll window is bounded by the settling share and by POLL_WINDOW_M
   });
 
   await t.step("polling gives way to a timer when its window ends", () => {
-    const d = fakeDeadlines([5, 5.5], 0.25); // window 1 ms from 5.25: until 6.25
-    const s = fakeScheduler();
-    const { ticker: tk } = ticker(d, s);
-    fireAt(tk, d, s, 5);
+    const { d, s } = polling(); // window 1 ms from 5.25: until 6.25
     assert.deepEqual(s.live(), ["immediate"]);
     // The awaited deadline went away (released) and a later one came: 1.5 ms away.
     d.due.splice(0, 1, 6.8);
@@ -232,10 +238,7 @@ Deno.test("the poll window is bounded by the settling share and by POLL_WINDOW_M
   });
 
   await t.step("with nothing left, polling stops and nothing is armed", () => {
-    const d = fakeDeadlines([5, 5.5], 0.25);
-    const s = fakeScheduler();
-    const { ticker: tk } = ticker(d, s);
-    fireAt(tk, d, s, 5);
+    const { d, s, tk } = polling();
     d.due.length = 0;
     s.run();
     assert.deepEqual(s.live(), []);
@@ -263,10 +266,7 @@ Deno.test("while polling, arm() leaves the poll in charge, and it sees earlier d
 
 Deno.test("stop() cancels a pending poll and a pending timer; a frozen ticker arms nothing", async (t) => {
   await t.step("stop during a poll", () => {
-    const d = fakeDeadlines([5, 5.5], 0.25);
-    const s = fakeScheduler();
-    const { ticker: tk } = ticker(d, s);
-    fireAt(tk, d, s, 5);
+    const { d, s, tk } = polling();
     assert.deepEqual(s.live(), ["immediate"]);
     tk.stop();
     assert.deepEqual(s.live(), []);
@@ -319,11 +319,8 @@ Deno.test("an error while settling is reported and the ticker carries on", () =>
 });
 
 Deno.test("a poll pending when the ticker freezes settles nothing until the freeze ends", () => {
-  const d = fakeDeadlines([5, 5.5], 0.25);
-  const s = fakeScheduler();
   let frozen = false;
-  const { ticker: tk } = ticker(d, s, { canAdvance: () => !frozen });
-  fireAt(tk, d, s, 5);
+  const { d, s, tk } = polling({ canAdvance: () => !frozen });
   assert.deepEqual(s.live(), ["immediate"]);
   frozen = true; // a cluster node starts handing over
   d.clock.now = 5.6;
@@ -353,10 +350,7 @@ Deno.test("stop() cancels a pending timer, and a callback that runs anyway after
   });
 
   await t.step("a pending poll", () => {
-    const d = fakeDeadlines([5, 5.5], 0.25);
-    const s = fakeScheduler();
-    const { ticker: tk } = ticker(d, s);
-    fireAt(tk, d, s, 5);
+    const { d, s, tk } = polling();
     assert.deepEqual(s.live(), ["immediate"]);
     tk.stop();
     d.clock.now = 6;
