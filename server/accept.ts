@@ -11,6 +11,7 @@ import { errorReply, TOO_MANY_CONNECTIONS } from "../client/codec.ts";
 import { classifyAcceptError } from "./accept_errors.ts";
 import type { Batch } from "./batch.ts";
 import {
+  type ByteStream,
   type LineHandler,
   LineSocket,
   type LineSocketOptions,
@@ -18,6 +19,24 @@ import {
 } from "./line_socket.ts";
 import type { Logger } from "./log.ts";
 import { LogLimit } from "./log_limit.ts";
+
+/** A connection as the acceptor takes it: the runtime's, or the epoll transport's. */
+export interface AcceptedConn extends ByteStream {
+  /** The client's address. */
+  readonly remoteAddr: Deno.Addr;
+}
+
+/** A listener as the acceptor takes it: the runtime's, or the epoll transport's. */
+export interface Listener {
+  /** The next connection; rejects once the listener is closed. */
+  accept(): Promise<AcceptedConn>;
+  /** Stops listening. */
+  close(): void;
+  /** The address listened on. */
+  readonly addr: Deno.Addr;
+  /** The epoll transport's: resolves once it and every connection it accepted are closed. */
+  readonly done?: Promise<void>;
+}
 
 /** What the acceptor asks of the server. */
 export interface AcceptRoutes {
@@ -125,7 +144,7 @@ const ACCEPT_BACKOFF_MS = 50;
 
 /** Accepts connections on a listener until closed. */
 export class Acceptor implements Routing {
-  #listener: Deno.Listener;
+  #listener: Listener;
   #routes: AcceptRoutes;
   #options: AcceptorOptions;
   #clients = new Set<LineSocket>();
@@ -147,7 +166,7 @@ export class Acceptor implements Routing {
   #socketOptions: LineSocketOptions;
 
   /** Starts accepting on `listener`. */
-  constructor(listener: Deno.Listener, routes: AcceptRoutes, options: AcceptorOptions) {
+  constructor(listener: Listener, routes: AcceptRoutes, options: AcceptorOptions) {
     this.#listener = listener;
     this.#routes = routes;
     this.#options = options;
@@ -184,9 +203,22 @@ export class Acceptor implements Routing {
     await Promise.all(peers.map((s) => s.done));
   }
 
+  /**
+   * Closes every connection still open (the last step of a shutdown), and waits at most
+   * `ms` for the listener's transport to finish.
+   */
+  async closeAll(ms: number): Promise<void> {
+    for (const socket of [...this.#clients, ...this.#peers.keys()]) socket.close();
+    const done = this.#listener.done;
+    if (done === undefined) return;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    await Promise.race([done, new Promise((resolve) => timer = setTimeout(resolve, ms))]);
+    clearTimeout(timer);
+  }
+
   async #acceptLoop(): Promise<void> {
     for (;;) {
-      let conn: Deno.Conn;
+      let conn: AcceptedConn;
       try {
         conn = await this.#listener.accept();
       } catch (error) {
@@ -236,7 +268,7 @@ export class Acceptor implements Routing {
   }
 
   /** One line per refusal at the cap, at most one a second under a flood (with a count). */
-  #logRefused(conn: Deno.Conn): void {
+  #logRefused(conn: AcceptedConn): void {
     const held = this.#refusals.pass("cap");
     if (held === undefined) return;
     const remote = remoteOf(conn);
@@ -247,7 +279,7 @@ export class Acceptor implements Routing {
     );
   }
 
-  #serve(conn: Deno.Conn): void {
+  #serve(conn: AcceptedConn): void {
     try {
       (conn as Deno.TcpConn).setNoDelay(true);
     } catch {
@@ -344,14 +376,14 @@ export class Acceptor implements Routing {
   }
 }
 
-function remoteOf(conn: Deno.Conn): string {
+function remoteOf(conn: AcceptedConn): string {
   const addr = conn.remoteAddr as Deno.NetAddr;
   return `${addr.hostname}:${addr.port}`;
 }
 
 const TOO_MANY = new TextEncoder().encode(errorReply("-", "-", TOO_MANY_CONNECTIONS) + "\n");
 
-async function refuse(conn: Deno.Conn): Promise<void> {
+async function refuse(conn: AcceptedConn): Promise<void> {
   try {
     await conn.write(TOO_MANY);
   } catch {

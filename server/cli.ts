@@ -8,7 +8,7 @@
 
 import { parseArgs } from "node:util";
 import { parseSeconds } from "../client/codec.ts";
-import { FLAGS, HELP } from "./flags.ts";
+import { FLAGS, HELP, IO_MODES, type IoMode } from "./flags.ts";
 import { LOG_FORMATS, LOG_LEVELS, type LogFormat, type LogLevel } from "./log.ts";
 
 export { HELP };
@@ -76,6 +76,8 @@ export interface Config {
   tlsCaFile: string | undefined;
   /** A file of bearer tokens the bridge requires (one per line); `undefined`: none. */
   bridgeTokenFile: string | undefined;
+  /** The transport of the plain-TCP port (docs/server.md, "The epoll transport"). */
+  io: IoMode;
   /** How log lines on stderr are written: `text` or `json` (one object per line). */
   logFormat: LogFormat;
   /** The least severe level logged (`LOCKD_TRACE=1` lowers it to `debug`). */
@@ -230,6 +232,7 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
     tls: undefined,
     tlsCaFile: get("tls-ca"),
     bridgeTokenFile: get("bridge-token-file"),
+    io: oneOf(IO_MODES, get("io")!, source.io),
     logFormat: oneOf(LOG_FORMATS, get("log-format")!, source["log-format"]),
     logLevel: oneOf(LOG_LEVELS, get("log-level")!, source["log-level"]),
   };

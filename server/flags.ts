@@ -6,6 +6,16 @@
  * @module
  */
 
+/**
+ * The transport of the plain-TCP port (`--io`). `auto`: the epoll transport for a single node
+ * on Linux listening on an IPv4 address, with FFI allowed; the runtime's sockets otherwise.
+ * `epoll`: that transport or a start error. `portable`: the runtime's sockets.
+ */
+export type IoMode = "auto" | "epoll" | "portable";
+
+/** The values of `--io`. */
+export const IO_MODES: readonly IoMode[] = ["auto", "epoll", "portable"];
+
 /** One valued flag: `--<name> <value>`, or its variable `env`. */
 export interface Flag {
   /** The flag without its dashes. */
@@ -177,6 +187,16 @@ export const FLAGS: readonly Flag[] = [
     value: "SECONDS",
     fallback: "1",
     help: "Silence after which a peer is taken for dead and a standby promotes.",
+  },
+  {
+    name: "io",
+    env: "LOCKD_IO",
+    value: "auto|epoll|portable",
+    fallback: "auto",
+    help: "The transport of the plain-TCP port: epoll serves every ready\n" +
+      "socket per wake through FFI (Linux, IPv4 --listen, FFI allowed);\n" +
+      "portable uses the runtime's sockets. auto picks epoll for a single\n" +
+      "node without TLS where it can run, portable otherwise.",
   },
   {
     name: "log-format",

@@ -102,6 +102,7 @@ export async function main(args: string[]): Promise<number> {
       credentials: security.credentials,
       sessionGraceMs: config.sessionGraceMs,
       tls: security.tls,
+      io: config.io,
       onRole: (role, why) => log.info(`${self} is ${role} (${why})`, { event: "role", role }),
     });
   } catch (error) {

@@ -11,7 +11,7 @@
 import denoJson from "../deno.json" with { type: "json" };
 import { DEFAULT_MAX_LEASE_MS, type Refusal, SHUTTING_DOWN } from "../client/codec.ts";
 import type { LocksPage, NodeStatus } from "../client/codec.ts";
-import { Acceptor } from "./accept.ts";
+import { Acceptor, type Listener } from "./accept.ts";
 import { Batch } from "./batch.ts";
 import { formatHostPort } from "./cli.ts";
 import type { Role } from "./cluster/election.ts";
@@ -32,11 +32,21 @@ import { DEFAULT_MAX_WAITERS, type Gate, type SessionContext } from "./session_c
 import { Ticker, turnClock } from "./ticker.ts";
 import { Sessions } from "./sessions.ts";
 import { TokenStore } from "./tokens.ts";
+import { listenTcp } from "./transport.ts";
 import { laneOf } from "./token_lanes.ts";
 import type { LockServerOptions, ServerClusterOptions } from "./server_options.ts";
 
 const SHUTDOWN_GRACE_MS = 2000;
 const SERVE: Gate = { kind: "serve" };
+/** What serves a node's port: see {@linkcode LockServer.transport}. */
+export type Transport = "epoll" | "portable" | "tls";
+
+const TRANSPORT_NAMES: Readonly<Record<Transport, string>> = {
+  epoll: "epoll by FFI",
+  portable: "the runtime's sockets",
+  tls: "TLS on the runtime's sockets",
+};
+
 const STOPPING: Refusal = { status: "E", text: SHUTTING_DOWN };
 const SHUTTING: Gate = { kind: "refuse", refusal: STOPPING };
 
@@ -51,7 +61,7 @@ const SHUTTING: Gate = { kind: "refuse", refusal: STOPPING };
  * ```
  */
 export class LockServer {
-  #listener: Deno.Listener;
+  #listener: Listener;
   #tokens: TokenStore;
   #table: LockTable<Ticket>;
   #ticker: Ticker;
@@ -68,18 +78,21 @@ export class LockServer {
   #metrics: Metrics;
   #report: Report;
   #stopping = false;
+  #transport: Transport = "portable";
   #exitCode = 0;
   #finished: Promise<number>;
   #finish!: (code: number) => void;
   #ready: Promise<Role>;
 
   private constructor(
-    listener: Deno.Listener,
+    listener: Listener,
     tokens: TokenStore,
     options: LockServerOptions,
     log: Logger,
   ) {
     this.#listener = listener;
+    // The epoll transport's loop failing (it never should) stops the node like any I/O fault.
+    listener.done?.catch((error) => this.#fatal(error));
     this.#tokens = tokens;
     this.#log = log;
     this.#tls = options.tls;
@@ -276,23 +289,43 @@ export class LockServer {
         `(reserved up to ${tokens.reserved})`,
       { event: "start", dataDir, last: tokens.last, reserved: tokens.reserved },
     );
-    let listener: Deno.Listener;
+    let listener: Listener;
+    let transport: Transport = "tls";
     try {
       const where = { hostname: options.hostname ?? "127.0.0.1", port: options.port ?? 7321 };
       const tls = options.tls;
-      listener = tls === undefined
-        ? Deno.listen(where)
-        : Deno.listenTls({ ...where, cert: tls.cert, key: tls.key });
+      const io = options.io ?? "auto";
+      if (tls !== undefined && io === "epoll") {
+        throw new Error("--io epoll cannot run here: it serves plain TCP only, not TLS");
+      }
+      if (tls === undefined) {
+        const opened = listenTcp(where.hostname, where.port, io, cluster !== undefined);
+        listener = opened.listener;
+        transport = opened.transport;
+      } else listener = Deno.listenTls({ ...where, cert: tls.cert, key: tls.key });
     } catch (error) {
       return tokens.close().then(() => Promise.reject(error));
     }
+    log.info(`the port is served through ${TRANSPORT_NAMES[transport]}`, {
+      event: "transport",
+      transport,
+    });
     self.server = new LockServer(listener, tokens, options, log);
+    self.server.#transport = transport;
     return Promise.resolve(self.server);
   }
 
   /** The role machine of a cluster node; `undefined` for a single node. */
   get cluster(): ClusterNode | undefined {
     return this.#cluster;
+  }
+
+  /**
+   * What serves the client and peer port: `epoll` (FFI), `portable` (the runtime's sockets)
+   * or `tls` (docs/server.md, "The epoll transport").
+   */
+  get transport(): Transport {
+    return this.#transport;
   }
 
   /** The address actually listened on (the real port when 0 was asked). */
@@ -364,6 +397,7 @@ export class LockServer {
     this.#cluster?.stop();
     await this.#network?.stop();
     await this.#acceptor.closePeers();
+    await this.#acceptor.closeAll(SHUTDOWN_GRACE_MS);
     this.#ticker.stop();
     this.#sessions.stop();
     this.#batch.stop();

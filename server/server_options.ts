@@ -10,6 +10,7 @@ import type { HostPort } from "./cli.ts";
 import type { ReplicationMode } from "./cluster/replication.ts";
 import type { Logger } from "./log.ts";
 import type { Credentials } from "./auth.ts";
+import type { IoMode } from "./flags.ts";
 
 /** Cluster settings of {@linkcode LockServerOptions} (docs/cluster.md). */
 export interface ServerClusterOptions {
@@ -68,4 +69,10 @@ export interface LockServerOptions {
    * dial peers with TLS, verifying them with `caCerts` (default: the system's roots).
    */
   tls?: { cert: string; key: string; caCerts?: string[] };
+  /**
+   * The transport of the plain-TCP port (docs/server.md, "The epoll transport"). Default
+   * `auto`: epoll by FFI for a single node on Linux with FFI allowed, the runtime's sockets
+   * otherwise.
+   */
+  io?: IoMode;
 }

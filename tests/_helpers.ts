@@ -346,6 +346,21 @@ export class Clients {
 }
 
 /** Starts a server, runs `fn`, then closes every client, stops the server, removes its dir. */
+/**
+ * The transports of a single node's plain-TCP port (`--io`): black-box suites of the
+ * protocol and its limits run on each.
+ */
+export const TRANSPORTS = ["epoll", "portable"] as const;
+
+/** {@linkcode withServer} with the node on transport `io` (`LOCKD_IO`). */
+export function withServerOn(
+  io: typeof TRANSPORTS[number],
+  options: StartOptions,
+  fn: (server: ServerProcess, clients: Clients) => Promise<void>,
+): Promise<void> {
+  return withServer({ ...options, env: { LOCKD_IO: io, ...options.env } }, fn);
+}
+
 export async function withServer(
   options: StartOptions,
   fn: (server: ServerProcess, clients: Clients) => Promise<void>,

@@ -57,6 +57,7 @@ Deno.test("parseConfig() gives the defaults of docs/server.md", () => {
     bridgeTokenFile: undefined,
     logFormat: "text",
     logLevel: "info",
+    io: "auto",
   };
   assert.deepEqual(config, expected);
 });
@@ -165,6 +166,8 @@ Deno.test("parseConfig() takes all flags together", () => {
     "json",
     "--log-level",
     "error",
+    "--io",
+    "portable",
   ], envOf());
   assert.deepEqual(config, {
     help: false,
@@ -189,9 +192,20 @@ Deno.test("parseConfig() takes all flags together", () => {
     tls: { certFile: "/etc/lockd/node.pem", keyFile: "/etc/lockd/node.key" },
     tlsCaFile: "/etc/lockd/ca.pem",
     bridgeTokenFile: "/etc/lockd/bridge.tokens",
+    io: "portable",
     logFormat: "json",
     logLevel: "error",
   });
+});
+
+Deno.test("parseConfig() takes --io auto, epoll or portable (LOCKD_IO too) and refuses others", () => {
+  assert.equal(parseConfig([], envOf()).io, "auto");
+  assert.equal(parseConfig(["--io", "epoll"], envOf()).io, "epoll");
+  assert.equal(parseConfig([], envOf({ LOCKD_IO: "portable" })).io, "portable");
+  assert.throws(
+    () => parseConfig(["--io", "uring"], envOf()),
+    (e: Error) => e instanceof UsageError && /--io must be auto, epoll or portable/.test(e.message),
+  );
 });
 
 Deno.test("parseConfig() rounds seconds up to whole ms", () => {
