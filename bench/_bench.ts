@@ -26,8 +26,11 @@ export interface Options {
 }
 
 export type Kind = "lockd" | "redis";
-/** What the pairs scenario can drive: the two servers compared, and the Deno floor. */
-export type Server = Kind | "floor";
+/**
+ * What the pairs scenario can drive: the two servers compared, lockd on the runtime's
+ * sockets (`--io portable`), and the Deno floor.
+ */
+export type Server = Kind | "portable" | "floor";
 export type Json = Record<string, unknown>;
 
 /** Everything a scenario needs: options, the load generator, scratch space, the findings. */

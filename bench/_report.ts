@@ -153,9 +153,10 @@ export function table(results: Results): string[] {
     redis: string,
     r = "",
     floor = "",
-  ) => rows.push([scenario, metric, lockd, redis, r, floor]);
+    portable = "",
+  ) => rows.push([scenario, metric, lockd, redis, r, portable, floor]);
   for (const p of results.pairs ?? []) {
-    const l = p.median.lockd, r = p.median.redis, f = p.median.floor;
+    const l = p.median.lockd, r = p.median.redis, f = p.median.floor, o = p.median.portable;
     const name = `1. pairs, ${p.conns} conn × ${p.depth} in flight`;
     row(
       name,
@@ -164,6 +165,7 @@ export function table(results: Results): string[] {
       int(r.pairsPerS),
       ratio(l.pairsPerS, r.pairsPerS),
       f ? `${int(f.pairsPerS)} (${ratio(f.pairsPerS, r.pairsPerS)} Redis)` : "",
+      o ? `${int(o.pairsPerS)} (${ratio(o.pairsPerS, r.pairsPerS)} Redis)` : "",
     );
     row(
       name,
@@ -172,6 +174,7 @@ export function table(results: Results): string[] {
       cell(num(r.p50), num(r.p99), num(r.p999)),
       cell(ratio(l.p50, r.p50), ratio(l.p99, r.p99), ratio(l.p999, r.p999)),
       f ? cell(num(f.p50), num(f.p99), num(f.p999)) : "",
+      o ? cell(num(o.p50), num(o.p99), num(o.p999)) : "",
     );
   }
   const c = results.contention;
@@ -315,11 +318,21 @@ export function table(results: Results): string[] {
   }
   // The scenario is named on its first row only.
   for (let i = rows.length - 1; i > 0; i--) if (rows[i][0] === rows[i - 1][0]) rows[i][0] = "";
-  const header = ["scenario", "metric", "lockd", "Redis", "lockd/Redis", "Deno floor"];
-  // The Deno floor column is there when the unpipelined pairs were measured.
-  if (rows.every((r) => r[5] === "")) {
-    header.pop();
-    for (const r of rows) r.pop();
+  const header = [
+    "scenario",
+    "metric",
+    "lockd",
+    "Redis",
+    "lockd/Redis",
+    "lockd --io portable",
+    "Deno floor",
+  ];
+  // The last two columns are there when the unpipelined pairs were measured.
+  for (const column of [6, 5]) {
+    if (rows.every((r) => r[column] === "")) {
+      header.splice(column, 1);
+      for (const r of rows) r.splice(column, 1);
+    }
   }
   return [
     `| ${header.join(" | ")} |`,
@@ -398,7 +411,9 @@ export function markdown(
     "process (epoll, one thread) with the same keys and connection settings for both; Redis is " +
     "used with the Redlock recipe (`SET key token NX PX ms`, release by a compare-and-delete " +
     "script run with `EVALSHA`). Latency is per acquire+release pair, from sending the acquire " +
-    "to receiving the release's reply. The unpipelined pair runs also drive the Deno floor " +
+    "to receiving the release's reply. lockd serves its port through epoll by FFI (`--io " +
+    "auto`, docs/server.md); the unpipelined pair runs also drive lockd on the runtime's " +
+    "sockets (`--io portable`, its own column) and the Deno floor " +
     "(`bench/floor_server.ts`, last column), in turn with the other two: a Deno line server " +
     "that answers each acquire and release at once, without any lock logic, with lockd's I/O " +
     "pattern (16 KiB reads, one write per read, Nagle off). It is what a Deno server pays per " +

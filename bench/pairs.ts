@@ -21,10 +21,16 @@ export interface PairsMedian {
 export interface PairsFigure {
   conns: number;
   depth: number;
-  runs: Record<Kind, Json[]> & { floor?: Json[] };
-  /** `floor`: the Deno floor (`bench/floor_server.ts`), measured for the unpipelined runs. */
-  median: Record<Kind, PairsMedian> & { floor?: PairsMedian };
+  runs: Record<Kind, Json[]> & Extra<Json[]>;
+  /**
+   * `portable`: lockd on the runtime's sockets (`--io portable`); `floor`: the Deno floor
+   * (`bench/floor_server.ts`). Both measured for the unpipelined runs.
+   */
+  median: Record<Kind, PairsMedian> & Extra<PairsMedian>;
 }
+
+/** The servers measured beside lockd and Redis in some runs. */
+type Extra<T> = { portable?: T; floor?: T };
 
 export function pairsMedian(runs: Json[]): PairsMedian {
   const pick = (field: string) => median(runs.map((r) => Number(r[field])));
@@ -51,10 +57,16 @@ export async function alternate(
   kinds: Server[],
   start: (kind: Server) => Promise<ServerProcess[]>,
   runOne: (kind: Server, server: ServerProcess, warmup: number, what: string) => Promise<Json>,
-): Promise<Record<Kind, Json[]> & { floor?: Json[] }> {
-  const runs: Record<Kind, Json[]> & { floor?: Json[] } = { lockd: [], redis: [] };
+): Promise<Record<Kind, Json[]> & Extra<Json[]>> {
+  const runs: Record<Kind, Json[]> & Extra<Json[]> = { lockd: [], redis: [] };
   if (kinds.includes("floor")) runs.floor = [];
-  const servers: Record<Server, ServerProcess[]> = { lockd: [], redis: [], floor: [] };
+  if (kinds.includes("portable")) runs.portable = [];
+  const servers: Record<Server, ServerProcess[]> = {
+    lockd: [],
+    redis: [],
+    portable: [],
+    floor: [],
+  };
   try {
     for (const kind of kinds) servers[kind] = await start(kind);
     for (let i = 0; i < bench.options.runs; i++) {
@@ -81,7 +93,7 @@ export function pairsRuns(
   start: (kind: Server) => Promise<ServerProcess[]>,
   // The floor answers lockd's protocol.
   protoOf: (kind: Server) => "lockd" | "redis" = (kind) => kind === "redis" ? "redis" : "lockd",
-): Promise<Record<Kind, Json[]> & { floor?: Json[] }> {
+): Promise<Record<Kind, Json[]> & Extra<Json[]>> {
   return alternate(
     bench,
     `${label} ${conns}×${depth}`,
@@ -119,6 +131,12 @@ export async function startSingle(bench: Bench, kind: Server): Promise<ServerPro
   return [
     kind === "lockd"
       ? await startLockd({ dataDir: bench.dir("lockd") })
+      : kind === "portable"
+      ? await startLockd({
+        dataDir: bench.dir("lockd-portable"),
+        args: ["--io", "portable"],
+        name: "lockd --io portable",
+      })
       : kind === "redis"
       ? await startRedis({ dir: bench.dir("redis") })
       : await startFloor(),
@@ -129,8 +147,11 @@ export async function scenarioPairs(bench: Bench): Promise<PairsFigure[]> {
   const figures: PairsFigure[] = [];
   for (const [conns, depth] of PAIR_CONFIGS) {
     // Unpipelined, each request costs the server a read and a write: the Deno floor shows
-    // what those cost a Deno server that does nothing else.
-    const kinds: Server[] = depth === 1 ? [...bench.kinds, "floor"] : bench.kinds;
+    // what those cost a Deno server that does nothing else on the runtime's sockets, and
+    // lockd on those sockets what its epoll transport changes.
+    const kinds: Server[] = depth === 1 && bench.kinds.includes("lockd")
+      ? [...bench.kinds, "portable", "floor"]
+      : bench.kinds;
     const runs = await pairsRuns(
       bench,
       "scenario 1, pairs",
@@ -144,6 +165,7 @@ export async function scenarioPairs(bench: Bench): Promise<PairsFigure[]> {
       redis: pairsMedian(runs.redis),
     };
     if (runs.floor) median.floor = pairsMedian(runs.floor);
+    if (runs.portable) median.portable = pairsMedian(runs.portable);
     figures.push({ conns, depth, runs, median });
   }
   return figures;

@@ -8,12 +8,12 @@
  * The connections keep the shape of the runtime's ({@linkcode EpollConn}: `read`, `write`,
  * `close`), so the line handling, limits and back-pressure above them are the same for both
  * transports. Scheduling, per round of the loop:
- * - poll the set without blocking, and serve what is ready;
+ * - wait on the set for at most {@linkcode BLOCK_MS} on the runtime's thread, and serve what
+ *   is ready;
  * - let the promise jobs that serving started run (a few microtask hops);
  * - at least every {@linkcode YIELD_MS}, let the runtime's own loop run (timers, the HTTP
  *   endpoints, other sockets): one message through a `MessageChannel`;
- * - when nothing is ready, block on the set on the runtime's thread for at most
- *   {@linkcode BLOCK_MS}, and after that wait on a thread of the runtime's pool, with the
+ * - when nothing was ready within that time, wait on a thread of the runtime's pool, with the
  *   runtime's loop free, until a socket is ready (an `eventfd` ends that wait at close).
  *
  * @module
@@ -131,8 +131,8 @@ class Poller {
     const fn = this.libc.fn;
     let yieldedAt = performance.now();
     while (!this.#stopping) {
-      let n = fn.epoll_wait(this.ep, this.#events, MAX_EVENTS, 0);
-      if (n === 0) n = fn.epoll_wait(this.ep, this.#events, MAX_EVENTS, BLOCK_MS);
+      // Returns at once when a socket is ready; blocks the runtime's thread otherwise.
+      let n = fn.epoll_wait(this.ep, this.#events, MAX_EVENTS, BLOCK_MS);
       if (n === 0 && !this.#stopping) {
         this.#idle = true;
         n = await fn.epoll_wait_idle(this.ep, this.#events, MAX_EVENTS, -1);
