@@ -17,6 +17,11 @@ export type WriteBytes = (data: Uint8Array) => Promise<number>;
 export interface ByteSink {
   /** Writes some of `data`; resolves with how much. */
   write(data: Uint8Array): Promise<number>;
+  /**
+   * Writes some of `data` at once if the socket can (the server's epoll transport): how much,
+   * or `undefined` to go through {@linkcode write} (no room now, or an error it will report).
+   */
+  writeNow?(data: Uint8Array): number | undefined;
 }
 
 /** Callbacks of {@linkcode LineWriter}. */
@@ -130,7 +135,18 @@ export class LineWriter {
     this.#outUnits = 0;
     this.#writing = true;
     if (this.#events.timed) this.#writingSince = performance.now();
-    this.#send(data, units);
+    // A peer link (timed) keeps the asynchronous path: its `written` moves the server's batch.
+    const now = this.#events.timed ? undefined : this.#sink.writeNow?.(data);
+    if (now === data.length) {
+      // All of it went out: no promise, no job (the epoll transport's common case).
+      this.#giveBack();
+      this.#writing = false;
+      this.#held -= units;
+      this.#events.written?.(units);
+      if (this.#shut !== undefined) this.#shutIfIdle();
+      return;
+    }
+    this.#send(now === undefined || now === 0 ? data : data.subarray(now), units);
   }
 
   /**

@@ -138,6 +138,9 @@ class Poller {
         n = await fn.epoll_wait_idle(this.ep, this.#events, MAX_EVENTS, -1);
         this.#idle = false;
         yieldedAt = performance.now();
+        // That wait ran on another thread, whose errno is out of reach: a failure there (a
+        // signal's EINTR) is retried, and a lasting one shows in the next wait on this thread.
+        if (n < 0) continue;
       }
       if (n < 0) {
         const errno = this.libc.errno();
@@ -223,6 +226,16 @@ export class EpollConn {
     const { promise, resolve, reject } = Promise.withResolvers<number>();
     this.#write = { data, resolve, reject };
     return promise;
+  }
+
+  /**
+   * Writes some of `data` now if the socket has room: how much, or `undefined` (no room, a
+   * write pending, closed, or an error that {@linkcode write} then reports).
+   */
+  writeNow(data: Uint8Array): number | undefined {
+    if (this.#closed || this.#write !== null || !this.#writable) return undefined;
+    const n = this.#send(data);
+    return typeof n === "number" ? n : undefined;
   }
 
   /** Nagle's algorithm is always off on this transport. */

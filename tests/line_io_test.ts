@@ -410,3 +410,52 @@ Deno.test("LineWriter ignores a write failing after discard()", async () => {
   assert.deepEqual(failures, [], "the owner closed it: not a failure to report");
   assert.equal(writer.held, 0);
 });
+
+Deno.test("LineWriter writes through writeNow at once when the sink takes it all, else through write", async () => {
+  const now: string[] = [];
+  const later: string[] = [];
+  let room = Infinity;
+  let written = 0;
+  const sink = {
+    writeNow(data: Uint8Array): number | undefined {
+      if (room === 0) return undefined;
+      const n = Math.min(room, data.length);
+      now.push(decoder.decode(data.subarray(0, n)));
+      return n;
+    },
+    write(data: Uint8Array): Promise<number> {
+      later.push(decoder.decode(data));
+      return Promise.resolve(data.length);
+    },
+  };
+  const writer = new LineWriter(sink, { written: () => written++, failed: () => {} });
+  writer.push("A k A 1");
+  writer.flush();
+  // Synchronous: done before any job runs, nothing held.
+  assert.deepEqual(now, ["A k A 1\n"]);
+  assert.equal(written, 1);
+  assert.equal(writer.held, 0);
+  assert.ok(writer.idle);
+  // Part of it now, the rest through write.
+  room = 3;
+  writer.push("R k R");
+  writer.flush();
+  assert.deepEqual(now, ["A k A 1\n", "R k"]);
+  assert.equal(writer.idle, false);
+  await tick();
+  assert.deepEqual(later, [" R\n"]);
+  assert.equal(written, 2);
+  // No room at all: all of it through write; a peer link's writer (timed) never uses writeNow.
+  room = 0;
+  writer.push("x");
+  writer.flush();
+  await tick();
+  assert.deepEqual(later, [" R\n", "x\n"]);
+  room = Infinity;
+  const peer = new LineWriter(sink, { failed: () => {}, timed: true });
+  peer.push("y");
+  peer.flush();
+  await tick();
+  assert.deepEqual(later, [" R\n", "x\n", "y\n"]);
+  assert.deepEqual(now, ["A k A 1\n", "R k"]);
+});
