@@ -242,6 +242,20 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
     throw new UsageError("--tls-cert and --tls-key go together");
   }
   if (certFile !== undefined && keyFile !== undefined) config.tls = { certFile, keyFile };
+  // The epoll transport starves the runtime's own sockets for up to tens of ms while the port
+  // is busy: peer links and the bridge's relay must not wait that long (docs/server.md).
+  if (config.io === "epoll") {
+    const other = config.tls !== undefined
+      ? "--tls-cert"
+      : config.peers.length > 0
+      ? "--peers"
+      : config.bridge !== undefined
+      ? "--bridge"
+      : undefined;
+    if (other !== undefined) {
+      throw new UsageError(`--io epoll serves a single node's plain TCP only: not with ${other}`);
+    }
+  }
   // A node takes a heartbeat later than half the failover timeout for a pause of its own
   // (docs/cluster.md, "Two actives at once"): one that long every time would stop elections.
   if (config.heartbeatMs * 2 >= config.failoverTimeoutMs) {

@@ -12,7 +12,7 @@
  *   is ready;
  * - let the promise jobs that serving started run (a few microtask hops);
  * - at least every {@linkcode YIELD_MS}, let the runtime's own loop run (timers, the HTTP
- *   endpoints, other sockets): one message through a `MessageChannel`;
+ *   endpoints, other sockets): the set is polled once on a thread of the runtime's pool;
  * - when nothing was ready within that time, wait on a thread of the runtime's pool, with the
  *   runtime's loop free, until a socket is ready (an `eventfd` ends that wait at close).
  *
@@ -52,6 +52,7 @@ const WAKE_ID = 0;
 const LISTENER_ID = 1;
 const READABLE = EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP;
 const WRITABLE = EPOLLOUT | EPOLLERR | EPOLLHUP;
+const ENDED = EPOLLERR | EPOLLHUP | EPOLLRDHUP;
 
 /** What an event of the set is for. */
 interface Target {
@@ -71,8 +72,6 @@ class Poller {
   #ctlView = new DataView(this.#ctl.buffer);
   #stopping = false;
   #idle = false;
-  #channel = new MessageChannel();
-  #yielded: (() => void) | null = null;
   #done: Promise<void>;
 
   constructor(libc: LibcHandle) {
@@ -87,7 +86,6 @@ class Poller {
       throw errnoError("eventfd", errno);
     }
     this.#add(this.#wake, WAKE_ID, EPOLLIN);
-    this.#channel.port2.onmessage = () => this.#yielded?.();
     // The loop starts once the listener is in the set.
     this.#done = Promise.resolve().then(() => this.#run());
   }
@@ -99,12 +97,19 @@ class Poller {
 
   /** Watches `fd` for `target` (edge-triggered reads and writes); the id of its events. */
   watch(fd: number, target: Target, listener = false): number {
-    const id = listener ? LISTENER_ID : this.#nextId++;
-    // Ids wrap after 2^32 - 2 connections; one still open that long is skipped.
-    if (this.#nextId > 0xffff_fffe) this.#nextId = LISTENER_ID + 1;
+    const id = listener ? LISTENER_ID : this.#freeId();
     this.#add(fd, id, EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET);
     this.#targets.set(id, target);
     return id;
+  }
+
+  /** The next connection id: they wrap after 2^32 - 3, skipping those still in use. */
+  #freeId(): number {
+    for (;;) {
+      const id = this.#nextId++;
+      if (this.#nextId > 0xffff_ffff) this.#nextId = LISTENER_ID + 1;
+      if (!this.#targets.has(id)) return id;
+    }
   }
 
   /** Forgets `id` (its socket is closed). */
@@ -151,16 +156,16 @@ class Poller {
       for (let hop = 0; hop < DRAIN_HOPS; hop++) await null;
       const now = performance.now();
       if (now - yieldedAt >= YIELD_MS) {
-        await new Promise<void>((resolve) => {
-          this.#yielded = resolve;
-          this.#channel.port1.postMessage(0);
-        });
-        this.#yielded = null;
+        // A poll of the set on the runtime's pool: while it runs, the runtime's loop is free
+        // and can wait on its own sockets (a message to itself would not let it).
+        n = await fn.epoll_wait_idle(this.ep, this.#events, MAX_EVENTS, 0);
         yieldedAt = performance.now();
+        if (n > 0) {
+          this.#dispatch(n);
+          for (let hop = 0; hop < DRAIN_HOPS; hop++) await null;
+        }
       }
     }
-    this.#channel.port1.close();
-    this.#channel.port2.close();
     fn.close(this.#wake);
     fn.close(this.ep);
   }
@@ -185,6 +190,11 @@ export class EpollConn {
   #fd: number;
   #id: number;
   #readable = true;
+  /**
+   * The peer's end of input or a reset was signalled (`EPOLLRDHUP`, `EPOLLHUP`, `EPOLLERR`):
+   * no edge will come after it, so reads go on until `recv` says so (0, an error).
+   */
+  #ended = false;
   #writable = true;
   #closed = false;
   #read: { buffer: Uint8Array; resolve(n: number | null): void; reject(e: Error): void } | null =
@@ -257,6 +267,7 @@ export class EpollConn {
   ready(mask: number): void {
     if (mask & READABLE) {
       this.#readable = true;
+      if (mask & ENDED) this.#ended = true;
       const read = this.#read;
       if (read !== null) {
         const n = this.#recv(read.buffer);
@@ -287,8 +298,9 @@ export class EpollConn {
     for (;;) {
       const n = fn.recv(this.#fd, buffer, buffer.length, 0);
       if (n > 0) {
-        // Less than asked: the socket's queue is empty now, and the next bytes raise an edge.
-        if (n < buffer.length) this.#readable = false;
+        // Less than asked: the socket's queue is empty now, and the next bytes raise an edge;
+        // an end of input or a reset that came with these bytes raises none.
+        if (n < buffer.length && !this.#ended) this.#readable = false;
         return n;
       }
       if (n === 0) return buffer.length === 0 ? 0 : null;
@@ -401,6 +413,12 @@ export class EpollListener {
       return undefined;
     }
     if (accepted instanceof Error) return accepted;
-    return new EpollConn(this.#poller, accepted.fd, accepted.remote, this.addr);
+    try {
+      return new EpollConn(this.#poller, accepted.fd, accepted.remote, this.addr);
+    } catch (error) {
+      // Not added to the set (epoll's watch limit, memory): that connection is refused.
+      this.#poller.libc.fn.close(accepted.fd);
+      return error as Error;
+    }
   }
 }

@@ -33,15 +33,23 @@ const ERRNO_NAMES: Readonly<Record<number, string>> = {
   22: "EINVAL",
   23: "ENFILE",
   24: "EMFILE",
+  28: "ENOSPC",
   32: "EPIPE",
+  64: "ENONET",
   71: "EPROTO",
+  92: "ENOPROTOOPT",
+  95: "EOPNOTSUPP",
   98: "EADDRINUSE",
   99: "EADDRNOTAVAIL",
+  100: "ENETDOWN",
+  101: "ENETUNREACH",
   103: "ECONNABORTED",
   104: "ECONNRESET",
   105: "ENOBUFS",
   107: "ENOTCONN",
   110: "ETIMEDOUT",
+  112: "EHOSTDOWN",
+  113: "EHOSTUNREACH",
 };
 
 /**

@@ -102,7 +102,8 @@ export async function main(args: string[]): Promise<number> {
       credentials: security.credentials,
       sessionGraceMs: config.sessionGraceMs,
       tls: security.tls,
-      io: config.io,
+      // The bridge relays over a connection of the runtime's: it keeps their transport.
+      io: config.bridge !== undefined && config.io === "auto" ? "portable" : config.io,
       onRole: (role, why) => log.info(`${self} is ${role} (${why})`, { event: "role", role }),
     });
   } catch (error) {

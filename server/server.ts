@@ -295,8 +295,8 @@ export class LockServer {
       const where = { hostname: options.hostname ?? "127.0.0.1", port: options.port ?? 7321 };
       const tls = options.tls;
       const io = options.io ?? "auto";
-      if (tls !== undefined && io === "epoll") {
-        throw new Error("--io epoll cannot run here: it serves plain TCP only, not TLS");
+      if (io === "epoll" && (tls !== undefined || cluster !== undefined)) {
+        throw new Error("--io epoll cannot run here: it serves a single node's plain TCP only");
       }
       if (tls === undefined) {
         const opened = listenTcp(where.hostname, where.port, io, cluster !== undefined);

@@ -26,7 +26,8 @@ export function epollUnavailable(hostname: string): string | undefined {
 
 /**
  * Listens on `hostname:port` (plain TCP) with the transport `io` picks; `clustered` nodes
- * keep the runtime's sockets under `auto` (their peer links stay on the runtime's loop).
+ * keep the runtime's sockets under `auto` (their peer links stay on the runtime's loop, which
+ * the epoll transport's loop would starve while the port is busy).
  *
  * @throws {Deno.errors.AddrInUse} The address is taken.
  * @throws {Error} `io` is `epoll` and that transport cannot run here (the message says why).

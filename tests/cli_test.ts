@@ -206,6 +206,20 @@ Deno.test("parseConfig() takes --io auto, epoll or portable (LOCKD_IO too) and r
     () => parseConfig(["--io", "uring"], envOf()),
     (e: Error) => e instanceof UsageError && /--io must be auto, epoll or portable/.test(e.message),
   );
+  // The epoll transport would starve peer links and the bridge's relay (docs/server.md).
+  for (
+    const [flag, value] of [
+      ["--peers", "127.0.0.1:7001,127.0.0.1:7002"],
+      ["--bridge", "127.0.0.1:8080"],
+    ]
+  ) {
+    const args = ["--io", "epoll", flag, value];
+    if (flag === "--peers") args.push("--advertise", "127.0.0.1:7001");
+    assert.throws(
+      () => parseConfig(args, envOf()),
+      (e: Error) => e instanceof UsageError && e.message.includes(`not with ${flag}`),
+    );
+  }
 });
 
 Deno.test("parseConfig() rounds seconds up to whole ms", () => {

@@ -109,6 +109,75 @@ Deno.test({
   },
 });
 
+/** Waits until `listener` has dispatched the events of everything sent so far. */
+function settle(): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, 50));
+}
+
+/** What `promise` gives within 500 ms, or `"stuck"`. */
+async function within<T>(promise: Promise<T>): Promise<T | "stuck"> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const stuck = new Promise<"stuck">((resolve) => timer = setTimeout(resolve, 500, "stuck"));
+  try {
+    return await Promise.race([promise, stuck]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+Deno.test({
+  name: "epoll: bytes and the end of input signalled in one edge: the bytes, then null",
+  ignore: !linux,
+  async fn() {
+    const listener = new EpollListener(libc!, "127.0.0.1", 0);
+    const client = await Deno.connect({ hostname: "127.0.0.1", port: listener.addr.port });
+    const conn = await listener.accept();
+    // Both arrive before the server reads: one edge carries the data and the FIN, and the
+    // short read that takes the data must not wait for another edge.
+    await client.write(new TextEncoder().encode("A k 5 0\n"));
+    await client.closeWrite();
+    await settle();
+    const buffer = new Uint8Array(64);
+    assert.equal(await conn.read(buffer), 8);
+    const end = await within(conn.read(buffer));
+    assert.equal(end, null);
+    conn.close();
+    client.close();
+    listener.close();
+    await listener.done;
+  },
+});
+
+Deno.test({
+  name: "epoll: bytes followed by a reset: the bytes, then the reset as an error",
+  ignore: !linux,
+  async fn() {
+    const net = await import("node:net");
+    const listener = new EpollListener(libc!, "127.0.0.1", 0);
+    await new Promise<void>((resolve, reject) => {
+      const socket = net.connect(listener.addr.port, "127.0.0.1", () => {
+        socket.write("A x", () => {
+          socket.resetAndDestroy();
+          resolve();
+        });
+      });
+      socket.once("error", reject);
+    });
+    const conn = await listener.accept();
+    await settle();
+    const buffer = new Uint8Array(64);
+    const first = await conn.read(buffer).catch((error: Error) => error);
+    // The bytes may be dropped with the reset; either way the reset is not lost.
+    const reset = first === 3
+      ? await within(conn.read(buffer).catch((error: Error) => error))
+      : first;
+    assert.ok(reset instanceof Deno.errors.ConnectionReset, String(reset));
+    conn.close();
+    listener.close();
+    await listener.done;
+  },
+});
+
 Deno.test({
   name: "epoll: a taken address throws AddrInUse and leaks no socket",
   ignore: !linux,
@@ -140,7 +209,7 @@ Deno.test("the epoll transport refuses what it cannot serve, with the reason", a
         io: "epoll",
         tls: { cert: "-", key: "-" },
       }),
-      /--io epoll cannot run here: it serves plain TCP only/,
+      /--io epoll cannot run here: it serves a single node's plain TCP only/,
     );
     const portable = await LockServer.start({ port: 0, dataDir, log: SILENT, io: "portable" });
     assert.equal(portable.transport, "portable");

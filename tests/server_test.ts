@@ -370,6 +370,18 @@ for (const io of TRANSPORTS) {
         const again = grantOf(await w1.request("A drop:2 30 0.001"), "drop:2");
         assert.ok(again > token);
       });
+
+      await t.step("drops a queued acquire whose close came with it", async () => {
+        const token = grantOf(await holder.request("A drop:3 30 0"), "drop:3");
+        // The acquire and the end of input in one go: the server reads both at once (on the
+        // epoll transport, one edge).
+        await w1.send("A drop:3 30 0");
+        await w1.close();
+        w1 = await clients.connectAccepted();
+        assert.equal(await holder.request(`R drop:3 ${token}`), "R drop:3 R");
+        const again = grantOf(await w1.request("A drop:3 30 0.5"), "drop:3");
+        assert.ok(again > token);
+      });
     });
   });
 
