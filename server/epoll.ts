@@ -13,6 +13,8 @@
  * - let the promise jobs that serving started run (a few microtask hops);
  * - at least every {@linkcode YIELD_MS}, let the runtime's own loop run (timers, the HTTP
  *   endpoints, other sockets): the set is polled once on a thread of the runtime's pool;
+ * - the runtime's own epoll sets are in this one too: when its sockets have events, sleep
+ *   briefly on its pool so that its loop waits on them, and serves them, at once;
  * - when nothing was ready within that time, wait on a thread of the runtime's pool, with the
  *   runtime's loop free, until a socket is ready (an `eventfd` ends that wait at close).
  *
@@ -50,6 +52,8 @@ const DRAIN_HOPS = 8;
 const MAX_EVENTS = 256;
 const WAKE_ID = 0;
 const LISTENER_ID = 1;
+/** The id of the runtime's own epoll sets in this one (never a connection's). */
+const RUNTIME_ID = 0xffff_ffff;
 const READABLE = EPOLLIN | EPOLLERR | EPOLLHUP | EPOLLRDHUP;
 const WRITABLE = EPOLLOUT | EPOLLERR | EPOLLHUP;
 const ENDED = EPOLLERR | EPOLLHUP | EPOLLRDHUP;
@@ -72,6 +76,8 @@ class Poller {
   #ctlView = new DataView(this.#ctl.buffer);
   #stopping = false;
   #idle = false;
+  /** The runtime's own sockets have events its loop has not taken yet. */
+  #runtimeReady = false;
   #done: Promise<void>;
 
   constructor(libc: LibcHandle) {
@@ -86,8 +92,35 @@ class Poller {
       throw errnoError("eventfd", errno);
     }
     this.#add(this.#wake, WAKE_ID, EPOLLIN);
+    this.#watchRuntime();
     // The loop starts once the listener is in the set.
     this.#done = Promise.resolve().then(() => this.#run());
+  }
+
+  /**
+   * Adds the runtime's own epoll sets (the other `eventpoll` descriptors of the process) to
+   * this one, so that an event on the runtime's sockets (the HTTP endpoints, a signal) wakes
+   * this loop, which then lets the runtime's loop wait on them at once. Without read access
+   * to `/proc/self/fd` they are served at the periodic yield only.
+   */
+  #watchRuntime(): void {
+    try {
+      for (const entry of Deno.readDirSync("/proc/self/fd")) {
+        const fd = Number(entry.name);
+        if (fd === this.ep || !Number.isInteger(fd)) continue;
+        let target: string;
+        try {
+          target = Deno.readLinkSync(`/proc/self/fd/${fd}`);
+        } catch {
+          continue; // closed meanwhile (the directory's own descriptor)
+        }
+        if (target !== "anon_inode:[eventpoll]") continue;
+        writeEvent(this.#ctlView, 0, EPOLLIN | EPOLLET, RUNTIME_ID);
+        this.libc.fn.epoll_ctl(this.ep, EPOLL_CTL_ADD, fd, this.#ctl);
+      }
+    } catch {
+      // No read permission, or no /proc: the periodic yield serves the runtime's sockets.
+    }
   }
 
   /** Resolves once the loop is over and the set is closed. */
@@ -107,7 +140,7 @@ class Poller {
   #freeId(): number {
     for (;;) {
       const id = this.#nextId++;
-      if (this.#nextId > 0xffff_ffff) this.#nextId = LISTENER_ID + 1;
+      if (this.#nextId >= RUNTIME_ID) this.#nextId = LISTENER_ID + 1;
       if (!this.#targets.has(id)) return id;
     }
   }
@@ -154,6 +187,14 @@ class Poller {
       }
       this.#dispatch(n);
       for (let hop = 0; hop < DRAIN_HOPS; hop++) await null;
+      if (this.#runtimeReady) {
+        // The runtime's sockets have events: a sleep on its pool is sure to let its loop wait
+        // on them (a call that returned at once might not), at about 60 µs a time.
+        this.#runtimeReady = false;
+        await fn.usleep_idle(1);
+        yieldedAt = performance.now();
+        continue;
+      }
       const now = performance.now();
       if (now - yieldedAt >= YIELD_MS) {
         // A poll of the set on the runtime's pool: while it runs, the runtime's loop is free
@@ -175,6 +216,10 @@ class Poller {
     for (let i = 0; i < n; i++) {
       const id = eventData(view, i);
       if (id === WAKE_ID) continue;
+      if (id === RUNTIME_ID) {
+        this.#runtimeReady = true;
+        continue;
+      }
       this.#targets.get(id)?.ready(eventMask(view, i));
     }
   }

@@ -25,6 +25,8 @@ const SYMBOLS = {
     nonblocking: true,
   },
   eventfd: { parameters: ["u32", "i32"], result: "i32" },
+  /** A short sleep on a thread of the runtime's pool: the runtime's loop waits meanwhile. */
+  usleep_idle: { name: "usleep", parameters: ["u32"], result: "i32", nonblocking: true },
   recv: { parameters: ["i32", "buffer", "u32", "i32"], result: "i32" },
   send: { parameters: ["i32", "buffer", "u32", "i32"], result: "i32" },
   write: { parameters: ["i32", "buffer", "u32"], result: "i32" },

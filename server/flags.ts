@@ -7,9 +7,10 @@
  */
 
 /**
- * The transport of the plain-TCP port (`--io`). `auto`: the epoll transport for a single node
- * on Linux listening on an IPv4 address, with FFI allowed; the runtime's sockets otherwise.
- * `epoll`: that transport or a start error. `portable`: the runtime's sockets.
+ * The transport of the plain-TCP port (`--io`, docs/server.md "The epoll transport"). `auto`:
+ * the epoll transport for a single node without TLS or a bridge, on Linux, listening on an
+ * IPv4 address, with FFI allowed; the runtime's sockets otherwise. `epoll`: that transport or
+ * a start error. `portable`: the runtime's sockets.
  */
 export type IoMode = "auto" | "epoll" | "portable";
 
@@ -196,7 +197,7 @@ export const FLAGS: readonly Flag[] = [
     help: "The transport of the plain-TCP port: epoll serves every ready\n" +
       "socket per wake through FFI (Linux, IPv4 --listen, FFI allowed);\n" +
       "portable uses the runtime's sockets. auto picks epoll for a single\n" +
-      "node without TLS where it can run, portable otherwise.",
+      "node without TLS or --bridge where it can run, portable otherwise.",
   },
   {
     name: "log-format",

@@ -433,3 +433,40 @@ Deno.test("--http on an address in use stops the node with exit status 1 and a c
     taken.close();
   }
 });
+
+Deno.test("--http answers while the client port is busy on the epoll transport, not a poll interval later", async () => {
+  // The port's loop shares the thread with the runtime's: an HTTP request must wake it, not
+  // wait for the runtime's sockets to be polled every few dozen rounds (once about 60 ms).
+  await withServer(["--http", "127.0.0.1:0", "--io", "epoll"], async (server, base) => {
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: server.port });
+    let busy = true;
+    const batch = new TextEncoder().encode("R busy 1\n".repeat(200));
+    const sink = new Uint8Array(64 * 1024);
+    const load = (async () => {
+      while (busy) {
+        await conn.write(batch);
+        let got = 0;
+        while (got < 200 * "R busy N\n".length) {
+          const n = await conn.read(sink);
+          if (n === null) return;
+          got += n;
+        }
+      }
+    })();
+    const times: number[] = [];
+    try {
+      for (let i = 0; i < 15; i++) {
+        const started = performance.now();
+        assert.equal((await request(`${base}healthz`)).status, 200);
+        times.push(performance.now() - started);
+      }
+    } finally {
+      busy = false;
+      await load;
+      conn.close();
+    }
+    times.sort((a, b) => a - b);
+    const median = times[7];
+    assert.ok(median < 25, `median /healthz ${median.toFixed(1)} ms under load: ${times}`);
+  });
+});
