@@ -105,6 +105,9 @@ class Poller {
    */
   #watchRuntime(): void {
     try {
+      // Asked first, so a node run without read access never prompts for it on a terminal.
+      const read = Deno.permissions.querySync({ name: "read", path: "/proc/self/fd" });
+      if (read.state !== "granted") return;
       for (const entry of Deno.readDirSync("/proc/self/fd")) {
         const fd = Number(entry.name);
         if (fd === this.ep || !Number.isInteger(fd)) continue;

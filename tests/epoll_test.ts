@@ -223,3 +223,56 @@ Deno.test("the epoll transport refuses what it cannot serve, with the reason", a
     await Deno.remove(dataDir, { recursive: true });
   }
 });
+
+Deno.test({
+  name: "epoll: a node with FFI but no read access to /proc still serves on epoll",
+  ignore: !linux,
+  async fn() {
+    const dataDir = await Deno.makeTempDir({ prefix: "lockd-epoll-perm-" });
+    const main = new URL("../server/main.ts", import.meta.url).pathname;
+    const root = new URL("..", import.meta.url).pathname;
+    const child = new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "--allow-net",
+        "--allow-ffi",
+        `--allow-read=${dataDir},${root}`,
+        `--allow-write=${dataDir}`,
+        "--allow-env",
+        main,
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        dataDir,
+      ],
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).spawn();
+    try {
+      const lines = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+      let ready = "";
+      while (!ready.includes("\n")) {
+        const { value, done } = await lines.read();
+        if (done) break;
+        ready += value;
+      }
+      const port = Number(/listening on 127\.0\.0\.1:(\d+)/.exec(ready)?.[1]);
+      assert.ok(port > 0, ready);
+      const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+      await conn.write(new TextEncoder().encode("R perm 1\n"));
+      const reply = new Uint8Array(64);
+      const n = await conn.read(reply);
+      assert.equal(new TextDecoder().decode(reply.subarray(0, n!)), "R perm N\n");
+      conn.close();
+      await lines.cancel();
+    } finally {
+      child.kill("SIGTERM");
+      const { code } = await child.status;
+      const stderr = await new Response(child.stderr).text();
+      assert.equal(code, 0, stderr);
+      assert.match(stderr, /event=transport transport=epoll/);
+      await Deno.remove(dataDir, { recursive: true });
+    }
+  },
+});
