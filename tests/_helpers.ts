@@ -352,6 +352,24 @@ export class Clients {
  */
 export const TRANSPORTS = ["epoll", "portable"] as const;
 
+/** Registers a test; its name gets the transport appended. */
+export type TransportTest = (name: string, fn: (t: Deno.TestContext) => Promise<void>) => void;
+
+/**
+ * Runs `body` once per transport: its `test` registers a test named for the transport, and
+ * its `serve` is {@linkcode withServer} with the node on that transport.
+ */
+export function onEachTransport(
+  body: (test: TransportTest, serve: typeof withServer) => void,
+): void {
+  for (const io of TRANSPORTS) {
+    body(
+      (name, fn) => Deno.test(`${name} (--io ${io})`, fn),
+      (options, fn) => withServerOn(io, options, fn),
+    );
+  }
+}
+
 /** {@linkcode withServer} with the node on transport `io` (`LOCKD_IO`). */
 export function withServerOn(
   io: typeof TRANSPORTS[number],

@@ -5,13 +5,7 @@
 
 import assert from "node:assert/strict";
 import { setTimeout as delay } from "node:timers/promises";
-import {
-  parseGrant,
-  type ServerProcess,
-  TRANSPORTS,
-  withServer,
-  withServerOn,
-} from "./_helpers.ts";
+import { onEachTransport, parseGrant, type ServerProcess } from "./_helpers.ts";
 
 // ---------------------------------------------------------------------------------------
 // Local helpers
@@ -128,11 +122,7 @@ async function stopsReadingAfterTraffic(server: ServerProcess, key: string): Pro
 }
 
 // Every test runs on both transports of the port (docs/server.md, "The epoll transport").
-for (const io of TRANSPORTS) {
-  const test = (name: string, fn: (t: Deno.TestContext) => Promise<void>) =>
-    Deno.test(`${name} (--io ${io})`, fn);
-  const serve: typeof withServer = (options, fn) => withServerOn(io, options, fn);
-
+onEachTransport((test, serve) => {
   test("server answers lines over 4096 bytes with line too long and closes", async (t) => {
     await serve({}, async (_server, clients) => {
       const bystander = await clients.connect();
@@ -490,4 +480,4 @@ for (const io of TRANSPORTS) {
       parseGrant(await c.request("A utf:1 30 0"), "utf:1");
     });
   });
-}
+});

@@ -5,7 +5,7 @@
 
 import assert from "node:assert/strict";
 import { setTimeout as delay } from "node:timers/promises";
-import { grantOf, type LineClient, TRANSPORTS, withServer, withServerOn } from "./_helpers.ts";
+import { grantOf, type LineClient, onEachTransport } from "./_helpers.ts";
 
 // ---------------------------------------------------------------------------------------
 // Local helpers
@@ -32,11 +32,7 @@ const elapsedSince = (start: number) => performance.now() - start;
 // ---------------------------------------------------------------------------------------
 
 // Every test runs on both transports of the port (docs/server.md, "The epoll transport").
-for (const io of TRANSPORTS) {
-  const test = (name: string, fn: (t: Deno.TestContext) => Promise<void>) =>
-    Deno.test(`${name} (--io ${io})`, fn);
-  const serve: typeof withServer = (options, fn) => withServerOn(io, options, fn);
-
+onEachTransport((test, serve) => {
   test("server answers the example exchanges of docs/protocol.md", async (t) => {
     await serve({}, async (_server, clients) => {
       const a = await clients.connect();
@@ -452,4 +448,4 @@ for (const io of TRANSPORTS) {
       });
     });
   });
-}
+});
