@@ -63,6 +63,9 @@ interface Target {
   ready(mask: number): void;
 }
 
+/** The epoll sets of this module's pollers: not the runtime's, never watched as such. */
+const OWN_SETS = new Set<number>();
+
 /** One `epoll` set and its loop. */
 class Poller {
   readonly libc: LibcHandle;
@@ -92,14 +95,15 @@ class Poller {
       throw errnoError("eventfd", errno);
     }
     this.#add(this.#wake, WAKE_ID, EPOLLIN);
+    OWN_SETS.add(this.ep);
     this.#watchRuntime();
     // The loop starts once the listener is in the set.
     this.#done = Promise.resolve().then(() => this.#run());
   }
 
   /**
-   * Adds the runtime's own epoll sets (the other `eventpoll` descriptors of the process) to
-   * this one, so that an event on the runtime's sockets (the HTTP endpoints, a signal) wakes
+   * Adds the runtime's own epoll sets (the `eventpoll` descriptors of the process but those of
+   * this module's pollers) to this one, so that an event on the runtime's sockets (the HTTP endpoints, a signal) wakes
    * this loop, which then lets the runtime's loop wait on them at once. Without read access
    * to `/proc/self/fd` they are served at the periodic yield only.
    */
@@ -110,7 +114,7 @@ class Poller {
       if (read.state !== "granted") return;
       for (const entry of Deno.readDirSync("/proc/self/fd")) {
         const fd = Number(entry.name);
-        if (fd === this.ep || !Number.isInteger(fd)) continue;
+        if (OWN_SETS.has(fd) || !Number.isInteger(fd)) continue;
         let target: string;
         try {
           target = Deno.readLinkSync(`/proc/self/fd/${fd}`);
@@ -190,16 +194,7 @@ class Poller {
       }
       this.#dispatch(n);
       for (let hop = 0; hop < DRAIN_HOPS; hop++) await null;
-      if (this.#runtimeReady) {
-        // The runtime's sockets have events: a sleep on its pool is sure to let its loop wait
-        // on them (a call that returned at once might not), at about 60 µs a time.
-        this.#runtimeReady = false;
-        await fn.usleep_idle(1);
-        yieldedAt = performance.now();
-        continue;
-      }
-      const now = performance.now();
-      if (now - yieldedAt >= YIELD_MS) {
+      if (performance.now() - yieldedAt >= YIELD_MS) {
         // A poll of the set on the runtime's pool: while it runs, the runtime's loop is free
         // and can wait on its own sockets (a message to itself would not let it).
         n = await fn.epoll_wait_idle(this.ep, this.#events, MAX_EVENTS, 0);
@@ -209,8 +204,16 @@ class Poller {
           for (let hop = 0; hop < DRAIN_HOPS; hop++) await null;
         }
       }
+      if (this.#runtimeReady) {
+        // The runtime's sockets have events (seen in either wait): a sleep on its pool is sure
+        // to let its loop wait on them (a call that returned at once might not), ~60 µs.
+        this.#runtimeReady = false;
+        await fn.usleep_idle(1);
+        yieldedAt = performance.now();
+      }
     }
     fn.close(this.#wake);
+    OWN_SETS.delete(this.ep);
     fn.close(this.ep);
   }
 
