@@ -8,7 +8,7 @@
 
 import { parseArgs } from "node:util";
 import { parseSeconds } from "../client/codec.ts";
-import { FLAGS, HELP, IO_MODES, type IoMode } from "./flags.ts";
+import { epollRuledOutBy, FLAGS, HELP, IO_MODES, type IoMode } from "./flags.ts";
 import { LOG_FORMATS, LOG_LEVELS, type LogFormat, type LogLevel } from "./log.ts";
 
 export { HELP };
@@ -242,16 +242,12 @@ export function parseConfig(args: string[], env: (name: string) => string | unde
     throw new UsageError("--tls-cert and --tls-key go together");
   }
   if (certFile !== undefined && keyFile !== undefined) config.tls = { certFile, keyFile };
-  // The epoll transport starves the runtime's own sockets for up to tens of ms while the port
-  // is busy: peer links and the bridge's relay must not wait that long (docs/server.md).
   if (config.io === "epoll") {
-    const other = config.tls !== undefined
-      ? "--tls-cert"
-      : config.peers.length > 0
-      ? "--peers"
-      : config.bridge !== undefined
-      ? "--bridge"
-      : undefined;
+    const other = epollRuledOutBy({
+      tls: config.tls !== undefined,
+      peers: config.peers.length > 0,
+      bridge: config.bridge !== undefined,
+    });
     if (other !== undefined) {
       throw new UsageError(`--io epoll serves a single node's plain TCP only: not with ${other}`);
     }

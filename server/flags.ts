@@ -17,6 +17,23 @@ export type IoMode = "auto" | "epoll" | "portable";
 /** The values of `--io`. */
 export const IO_MODES: readonly IoMode[] = ["auto", "epoll", "portable"];
 
+/**
+ * The flag that rules out the epoll transport for a node, if any: its loop would starve the
+ * runtime's own connections (TLS, peer links, the bridge's relay) while the port is busy
+ * (docs/server.md, "The epoll transport"). `--io epoll` with it is refused; `auto` then
+ * keeps the runtime's sockets.
+ */
+export function epollRuledOutBy(
+  node: { tls: boolean; peers: boolean; bridge: boolean },
+): string | undefined {
+  return node.tls ? "--tls-cert" : node.peers ? "--peers" : node.bridge ? "--bridge" : undefined;
+}
+
+/** The transport `io` comes to for a node with `ruledOutBy` (see {@linkcode epollRuledOutBy}). */
+export function effectiveIo(io: IoMode, ruledOutBy: string | undefined): IoMode {
+  return io === "auto" && ruledOutBy !== undefined ? "portable" : io;
+}
+
 /** One valued flag: `--<name> <value>`, or its variable `env`. */
 export interface Flag {
   /** The flag without its dashes. */

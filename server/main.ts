@@ -9,6 +9,7 @@
 
 import denoJson from "../deno.json" with { type: "json" };
 import { formatHostPort, HELP, parseConfig, UsageError } from "./cli.ts";
+import { effectiveIo, epollRuledOutBy } from "./flags.ts";
 import { stderrLogger } from "./log.ts";
 import { loadSecurity, type Security } from "./security.ts";
 import { LockServer } from "./server.ts";
@@ -102,8 +103,11 @@ export async function main(args: string[]): Promise<number> {
       credentials: security.credentials,
       sessionGraceMs: config.sessionGraceMs,
       tls: security.tls,
-      // The bridge relays over a connection of the runtime's: it keeps their transport.
-      io: config.bridge !== undefined && config.io === "auto" ? "portable" : config.io,
+      // The bridge relays over a connection of the runtime's (the server sees to TLS, peers).
+      io: effectiveIo(
+        config.io,
+        epollRuledOutBy({ tls: false, peers: false, bridge: config.bridge !== undefined }),
+      ),
       onRole: (role, why) => log.info(`${self} is ${role} (${why})`, { event: "role", role }),
     });
   } catch (error) {

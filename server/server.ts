@@ -33,6 +33,7 @@ import { Ticker, turnClock } from "./ticker.ts";
 import { Sessions } from "./sessions.ts";
 import { TokenStore } from "./tokens.ts";
 import { listenTcp } from "./transport.ts";
+import { effectiveIo, epollRuledOutBy } from "./flags.ts";
 import { laneOf } from "./token_lanes.ts";
 import type { LockServerOptions, ServerClusterOptions } from "./server_options.ts";
 
@@ -78,7 +79,7 @@ export class LockServer {
   #metrics: Metrics;
   #report: Report;
   #stopping = false;
-  #transport: Transport = "portable";
+  #transport: Transport;
   #exitCode = 0;
   #finished: Promise<number>;
   #finish!: (code: number) => void;
@@ -86,11 +87,13 @@ export class LockServer {
 
   private constructor(
     listener: Listener,
+    transport: Transport,
     tokens: TokenStore,
     options: LockServerOptions,
     log: Logger,
   ) {
     this.#listener = listener;
+    this.#transport = transport;
     // The epoll transport's loop failing (it never should) stops the node like any I/O fault.
     listener.done?.catch((error) => this.#fatal(error));
     this.#tokens = tokens;
@@ -294,12 +297,17 @@ export class LockServer {
     try {
       const where = { hostname: options.hostname ?? "127.0.0.1", port: options.port ?? 7321 };
       const tls = options.tls;
-      const io = options.io ?? "auto";
-      if (io === "epoll" && (tls !== undefined || cluster !== undefined)) {
+      const ruledOutBy = epollRuledOutBy({
+        tls: tls !== undefined,
+        peers: cluster !== undefined,
+        bridge: false,
+      });
+      const io = effectiveIo(options.io ?? "auto", ruledOutBy);
+      if (io === "epoll" && ruledOutBy !== undefined) {
         throw new Error("--io epoll cannot run here: it serves a single node's plain TCP only");
       }
       if (tls === undefined) {
-        const opened = listenTcp(where.hostname, where.port, io, cluster !== undefined);
+        const opened = listenTcp(where.hostname, where.port, io);
         listener = opened.listener;
         transport = opened.transport;
       } else listener = Deno.listenTls({ ...where, cert: tls.cert, key: tls.key });
@@ -310,8 +318,7 @@ export class LockServer {
       event: "transport",
       transport,
     });
-    self.server = new LockServer(listener, tokens, options, log);
-    self.server.#transport = transport;
+    self.server = new LockServer(listener, transport, tokens, options, log);
     return Promise.resolve(self.server);
   }
 

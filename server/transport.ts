@@ -25,9 +25,9 @@ export function epollUnavailable(hostname: string): string | undefined {
 }
 
 /**
- * Listens on `hostname:port` (plain TCP) with the transport `io` picks; `clustered` nodes
- * keep the runtime's sockets under `auto` (their peer links stay on the runtime's loop, which
- * the epoll transport's loop would starve while the port is busy).
+ * Listens on `hostname:port` (plain TCP) with the transport `io` picks (`auto`: epoll where
+ * it can run; the caller has already turned `auto` to `portable` where a flag rules epoll
+ * out, see `epollRuledOutBy` in flags.ts).
  *
  * @throws {Deno.errors.AddrInUse} The address is taken.
  * @throws {Error} `io` is `epoll` and that transport cannot run here (the message says why).
@@ -36,9 +36,8 @@ export function listenTcp(
   hostname: string,
   port: number,
   io: IoMode,
-  clustered: boolean,
 ): { listener: Listener; transport: "epoll" | "portable" } {
-  if (io === "epoll" || (io === "auto" && !clustered)) {
+  if (io !== "portable") {
     const why = epollUnavailable(hostname);
     if (why === undefined) {
       return { listener: new EpollListener(openLibc()!, hostname, port), transport: "epoll" };

@@ -8,6 +8,7 @@
 import assert from "node:assert/strict";
 import { EpollConn, EpollListener } from "../server/epoll.ts";
 import { openLibc, parseIPv4, readSockaddrIn, sockaddrIn } from "../server/epoll_libc.ts";
+import { effectiveIo, epollRuledOutBy } from "../server/flags.ts";
 import { LockServer } from "../server/server.ts";
 import { epollUnavailable, listenTcp } from "../server/transport.ts";
 const SILENT = { debug() {}, info() {}, warn() {}, error() {} };
@@ -194,9 +195,9 @@ Deno.test({
 Deno.test("the epoll transport refuses what it cannot serve, with the reason", async () => {
   assert.match(epollUnavailable("localhost")!, /IPv4 addresses only, not localhost/);
   assert.match(epollUnavailable("::1")!, /IPv4 addresses only/);
-  assert.throws(() => listenTcp("::1", 0, "epoll", false), /--io epoll cannot run here/);
+  assert.throws(() => listenTcp("::1", 0, "epoll"), /--io epoll cannot run here/);
   // auto falls back to the runtime's sockets, which serve any address.
-  const { listener, transport } = listenTcp("localhost", 0, "auto", false);
+  const { listener, transport } = listenTcp("localhost", 0, "auto");
   assert.equal(transport, "portable");
   listener.close();
   const dataDir = await Deno.makeTempDir({ prefix: "lockd-epoll-" });
@@ -275,4 +276,16 @@ Deno.test({
       await Deno.remove(dataDir, { recursive: true });
     }
   },
+});
+
+Deno.test("TLS, peers and the bridge rule epoll out: auto keeps the runtime's sockets", () => {
+  const none = { tls: false, peers: false, bridge: false };
+  assert.equal(epollRuledOutBy(none), undefined);
+  assert.equal(epollRuledOutBy({ ...none, tls: true }), "--tls-cert");
+  assert.equal(epollRuledOutBy({ ...none, peers: true }), "--peers");
+  assert.equal(epollRuledOutBy({ ...none, bridge: true }), "--bridge");
+  assert.equal(effectiveIo("auto", "--peers"), "portable");
+  assert.equal(effectiveIo("auto", undefined), "auto");
+  assert.equal(effectiveIo("epoll", "--bridge"), "epoll"); // refused by its caller
+  assert.equal(effectiveIo("portable", undefined), "portable");
 });
