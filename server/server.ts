@@ -32,22 +32,12 @@ import { DEFAULT_MAX_WAITERS, type Gate, type SessionContext } from "./session_c
 import { Ticker, turnClock } from "./ticker.ts";
 import { Sessions } from "./sessions.ts";
 import { TokenStore } from "./tokens.ts";
-import { listenTcp } from "./transport.ts";
-import { effectiveIo, epollRuledOutBy } from "./flags.ts";
+import { openPort, type Transport } from "./transport.ts";
 import { laneOf } from "./token_lanes.ts";
 import type { LockServerOptions, ServerClusterOptions } from "./server_options.ts";
 
 const SHUTDOWN_GRACE_MS = 2000;
 const SERVE: Gate = { kind: "serve" };
-/** What serves a node's port: see {@linkcode LockServer.transport}. */
-export type Transport = "epoll" | "portable" | "tls";
-
-const TRANSPORT_NAMES: Readonly<Record<Transport, string>> = {
-  epoll: "epoll by FFI",
-  portable: "the runtime's sockets",
-  tls: "TLS on the runtime's sockets",
-};
-
 const STOPPING: Refusal = { status: "E", text: SHUTTING_DOWN };
 const SHUTTING: Gate = { kind: "refuse", refusal: STOPPING };
 
@@ -292,33 +282,13 @@ export class LockServer {
         `(reserved up to ${tokens.reserved})`,
       { event: "start", dataDir, last: tokens.last, reserved: tokens.reserved },
     );
-    let listener: Listener;
-    let transport: Transport = "tls";
+    let port: { listener: Listener; transport: Transport };
     try {
-      const where = { hostname: options.hostname ?? "127.0.0.1", port: options.port ?? 7321 };
-      const tls = options.tls;
-      const ruledOutBy = epollRuledOutBy({
-        tls: tls !== undefined,
-        peers: cluster !== undefined,
-        bridge: false,
-      });
-      const io = effectiveIo(options.io ?? "auto", ruledOutBy);
-      if (io === "epoll" && ruledOutBy !== undefined) {
-        throw new Error("--io epoll cannot run here: it serves a single node's plain TCP only");
-      }
-      if (tls === undefined) {
-        const opened = listenTcp(where.hostname, where.port, io);
-        listener = opened.listener;
-        transport = opened.transport;
-      } else listener = Deno.listenTls({ ...where, cert: tls.cert, key: tls.key });
+      port = openPort(options, log);
     } catch (error) {
       return tokens.close().then(() => Promise.reject(error));
     }
-    log.info(`the port is served through ${TRANSPORT_NAMES[transport]}`, {
-      event: "transport",
-      transport,
-    });
-    self.server = new LockServer(listener, transport, tokens, options, log);
+    self.server = new LockServer(port.listener, port.transport, tokens, options, log);
     return Promise.resolve(self.server);
   }
 
