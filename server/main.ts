@@ -45,8 +45,9 @@ export async function main(args: string[]): Promise<number> {
   const self = formatHostPort(config.advertise ?? config.listen);
   if (peers.length > 0) {
     const twice = peers.find((p, i) => peers.findIndex((q) => q.address === p.address) !== i);
-    // 0.0.0.0 and :: are where to listen, not addresses to dial or to redirect clients to.
-    const unspecified = peers.find((p) => /^0\.0\.0\.0$|^[0:]*::?[0:]*$/.test(p.target.hostname));
+    // 0.0.0.0 (also spelled 0) and :: are where to listen, not addresses to dial or to
+    // redirect clients to.
+    const unspecified = peers.find((p) => /^[0.]+$|^[0:]*::?[0:]*$/.test(p.target.hostname));
     const problem = peers.length > TOKEN_LANES
       ? `--peers lists ${peers.length} nodes, at most ${TOKEN_LANES} are supported`
       : twice !== undefined

@@ -129,8 +129,8 @@ Deno.test("a cluster node with --auth-file but no --peer-secret-file warns that 
   }
 });
 
-Deno.test("--peers refuses 0.0.0.0 and ::, which no node can dial", async () => {
-  for (const unspecified of ["0.0.0.0:7321", "[::]:7321"]) {
+Deno.test("--peers refuses 0.0.0.0 (or 0) and ::, which no node can dial", async () => {
+  for (const unspecified of ["0.0.0.0:7321", "0:7321", "[::]:7321"]) {
     const out = await runMain(["--listen", unspecified, "--peers", `${unspecified},127.0.0.1:1`]);
     assert.equal(out.code, 2);
     assert.match(out.stderr, /--peers lists .*, which no node can dial: .*--advertise/);
